@@ -1,0 +1,44 @@
+# MemoryGuard: `make run` shows the policy on the project's example traces,
+# `make test` runs everything CI runs. Both set themselves up on first use.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: setup run test lint typecheck unit bench bench-sidecar traces clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The main job on its embedded default: replay the example traces through the
+# policy beside a static threshold, and draw why it acted.
+run: $(STAMP)
+	$(BIN)/memoryguard bench
+	$(BIN)/memoryguard simulate --plot simulate.png examples/traces/leak_steady.csv examples/traces/healthy_gc_sawtooth.csv examples/traces/fragmentation_flattens.csv examples/traces/plasma_never_released.csv
+
+lint: $(STAMP)
+	$(BIN)/ruff check core memoryguard sidecar operator tests
+	$(BIN)/lint-imports
+
+typecheck: $(STAMP)
+	VENV=$(VENV) .ci/typecheck-tree
+
+unit: $(STAMP)
+	$(BIN)/pytest -q
+
+test: lint typecheck unit
+
+bench: $(STAMP)
+	$(BIN)/memoryguard bench
+
+# Regenerate the project's example traces (deterministic for the seed).
+traces: $(STAMP)
+	$(BIN)/memoryguard gen-traces examples/traces
+
+clean:
+	rm -rf $(VENV) build *.egg-info simulate.png

@@ -1,0 +1,148 @@
+"""The offline commands of the core: ``simulate``, ``bench`` and
+``gen-traces``. They read and write files and print; the policy they drive
+stays pure. Wired to argparse in ``memoryguard.cli``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+from memoryguard.core import scoring
+from memoryguard.core.settings import PolicySettings, SettingsError
+from memoryguard.core.simulate import Replay, replay
+from memoryguard.core.tracegen import example_shapes, generate, labels_for, random_shapes
+from memoryguard.core.traces import Trace, TraceError, read_labels, read_trace, trace_files, write_trace
+
+# The project's own example traces, made by ``gen-traces`` (see core/tracegen.py).
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples" / "traces"
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def load_guard_settings(path: str | None) -> PolicySettings:
+    """A MemoryGuard manifest (or just its spec) to policy settings."""
+    if path is None:
+        return PolicySettings()
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path}: expected a MemoryGuard manifest or its spec, got {type(doc).__name__}")
+    spec = doc.get("spec", doc) if doc.get("kind") in (None, "MemoryGuard") else None
+    if not isinstance(spec, dict):
+        raise UsageError(f"{path}: not a MemoryGuard (kind {doc.get('kind')!r})")
+    try:
+        return PolicySettings.from_spec(spec)
+    except SettingsError as exc:
+        raise UsageError(f"{path}: " + "; ".join(exc.problems)) from None
+
+
+def load_traces(paths: Sequence[str]) -> list[Trace]:
+    files = trace_files(paths or [str(EXAMPLES_DIR)])
+    if not files:
+        raise UsageError(f"no .csv traces in {', '.join(paths) or EXAMPLES_DIR}")
+    try:
+        return [read_trace(p) for p in files]
+    except TraceError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _hours(t: float | None) -> str:
+    return "-" if t is None else f"{t / 3600:.2f} h"
+
+
+def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: str | None,
+             out: IO[str] = sys.stdout, progress: IO[str] = sys.stderr) -> int:
+    settings = load_guard_settings(guard)
+    traces = load_traces(paths)
+    results: list[tuple[Trace, Replay]] = []
+    for i, tr in enumerate(traces, 1):
+        if not as_json and len(traces) > 3:
+            print(f"[{i}/{len(traces)}] {tr.name} ({len(tr.samples)} samples)", file=progress)
+        results.append((tr, replay(tr.name, tr.samples, settings)))
+    if as_json:
+        json.dump({"traces": {tr.name: rep.to_dict() for tr, rep in results}}, out, indent=1)
+        out.write("\n")
+    else:
+        for tr, rep in results:
+            print(f"{tr.name}: {len(tr.samples)} samples, {_hours(tr.samples[-1].time_s if tr.samples else None)}"
+                  f", first rotation at {_hours(rep.first_rotation_s)}", file=out)
+            for td in rep.decisions:
+                d = td.decision
+                print(f"  {_hours(td.t_s):>9}  {d.action.value:<9} {d.reason.value:<20} {d.message}", file=out)
+    if plot:
+        from memoryguard.core.plot import plot_replays
+
+        plot_replays(results, plot)
+        print(f"plot written to {plot}", file=progress)
+    return 0
+
+
+def bench_table(traces: Sequence[Trace], labels: dict[str, dict[str, Any]], settings: PolicySettings,
+                progress: IO[str] | None = None) -> dict[str, Any]:
+    """Policy and static baseline side by side on the same traces."""
+    ours: dict[str, float | None] = {}
+    base: dict[str, float | None] = {}
+    for i, tr in enumerate(traces, 1):
+        if progress is not None:
+            print(f"[{i}/{len(traces)}] {tr.name}", file=progress)
+        ours[tr.name] = replay(tr.name, tr.samples, settings).first_rotation_s
+        base[tr.name] = scoring.baseline_first_rotation(tr.samples)
+    return {"policy": scoring.score(labels, ours), "baseline": scoring.score(labels, base)}
+
+
+def _cell(row: scoring.Row) -> str:
+    if row.outcome == "caught":
+        return f"caught, lead {_hours(row.lead_s)}"
+    return {"ok": "ok", "false_rotation": "FALSE ROTATION", "missed": "MISSED"}.get(row.outcome, row.outcome)
+
+
+def bench(directory: str, *, labels_path: str | None, guard: str | None, as_json: bool,
+          out: IO[str] = sys.stdout, progress: IO[str] = sys.stderr) -> dict[str, Any]:
+    settings = load_guard_settings(guard)
+    traces = load_traces([directory])
+    lp = labels_path or str(Path(directory) / "labels.json")
+    try:
+        labels = read_labels(lp)
+    except TraceError as exc:
+        raise UsageError(f"{exc} (pass --labels)") from None
+    result = bench_table(traces, labels, settings, None if as_json else progress)
+    pol: scoring.Score = result["policy"]
+    bas: scoring.Score = result["baseline"]
+    if as_json:
+        return {"policy": pol.totals(), "baseline": bas.totals(),
+                "traces": {r.name: {"kind": r.kind, "policy_s": r.first_rotation_s, "policy": r.outcome,
+                                    "baseline_s": b.first_rotation_s, "baseline": b.outcome}
+                           for r, b in zip(pol.rows, bas.rows)}}
+    w = max(len(r.name) for r in pol.rows)
+    print(f"{'trace':<{w}}  {'kind':<11}  {'memoryguard policy':<24}  {'static 90% baseline':<24}", file=out)
+    for r, b in zip(pol.rows, bas.rows):
+        print(f"{r.name:<{w}}  {r.kind:<11}  {_cell(r):<24}  {_cell(b):<24}", file=out)
+    for label, s in (("policy", pol), ("baseline", bas)):
+        t = s.totals()
+        print(f"{label:>9}: caught {t['caught']}, missed {t['missed']}, false rotations {t['false_rotations']}, "
+              f"lead min {t['min_lead_h']} h, median {t['median_lead_h']} h", file=out)
+    return {"policy": pol.totals(), "baseline": bas.totals()}
+
+
+def gen_traces(out_dir: str, *, random_n: int | None, seed: int, progress: IO[str] = sys.stderr) -> int:
+    shapes = random_shapes(random_n, seed) if random_n else example_shapes(seed)
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    labels: dict[str, object] = {}
+    for shape in shapes:
+        samples = list(generate(shape))
+        with (d / f"{shape.name}.csv").open("w", newline="") as f:
+            write_trace(samples, f)
+        labels[shape.name] = labels_for(shape, samples)
+    (d / "labels.json").write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {len(shapes)} traces and labels.json to {d}", file=progress)
+    return 0

@@ -1,0 +1,164 @@
+"""``decide``: the one policy the operator, ``simulate`` and the tests share.
+
+Rules are checked in order of urgency; a rule fires when all detectors of
+any one of its groups fire (AND within a group, OR across groups). A rotation
+then passes the gates that protect the cluster (enabled, head, maxUnavailable,
+cooldown, hourly cap) or becomes a deferred ``none`` that says what it waits
+for. Purely computational: no I/O, no clock (``now_s`` is an argument).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from memoryguard.core.policy import detectors as d
+from memoryguard.core.policy.types import Action, Decision, Evidence, Reason, RotationHistory
+from memoryguard.core.policy.window import PodWindow
+from memoryguard.core.settings import PolicySettings
+from memoryguard.core.units import fmt_bytes, fmt_duration, fmt_rate
+
+Detector = Callable[[PodWindow, PolicySettings, float], d.Verdict]
+
+
+def _creep(w: PodWindow, s: PolicySettings, now: float) -> d.Verdict:
+    return d.creep(w, s, now)[0]
+
+
+def _store_filling(w: PodWindow, s: PolicySettings, now: float) -> d.Verdict:
+    return d.store_filling(w, s, now)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    reason: Reason
+    action: Action
+    groups: tuple[tuple[Detector, ...], ...]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(Reason.OOM_KILLED, Action.ROTATE, ((d.oom_kills,),)),
+    Rule(Reason.CRITICAL_USAGE, Action.ROTATE, ((d.critical_usage,),)),
+    Rule(Reason.MEMORY_PRESSURE, Action.ROTATE, ((d.pressure, d.high_usage),)),
+    Rule(Reason.PROJECTED_OOM, Action.ROTATE, ((_creep,),)),
+    Rule(Reason.OBJECT_STORE_FULL, Action.ROTATE, ((d.store_full,),)),
+    Rule(Reason.OBJECT_STORE_FILLING, Action.ROTATE, ((_store_filling,),)),
+    Rule(Reason.GROWTH_PLATEAU, Action.REMEDIATE, ((d.plateau,),)),
+)
+
+
+def _fire(rule: Rule, window: PodWindow, settings: PolicySettings, now_s: float) -> list[str] | None:
+    for group in rule.groups:
+        verdicts = [det(window, settings, now_s) for det in group]
+        if all(v.fired for v in verdicts):
+            return [v.note for v in verdicts if v.note]
+    return None
+
+
+def evidence_for(window: PodWindow, settings: PolicySettings, now_s: float) -> Evidence:
+    last = window.last
+    if last is None:
+        return Evidence()
+    _, ws_proj = d.creep(window, settings, now_s)
+    _, st_proj = d.store_filling(window, settings, now_s)
+    return Evidence(
+        working_set_bytes=last.working_set_bytes,
+        limit_bytes=last.memory_max_bytes,
+        slope_bytes_per_h=ws_proj.slope_per_s * 3600 if ws_proj else None,
+        projected_oom_s=ws_proj.eta_s if ws_proj and ws_proj.sustained else None,
+        store_fraction=last.store_fraction,
+        store_projected_full_s=st_proj.eta_s if st_proj and st_proj.sustained else None,
+        psi_some_avg10_pct=last.psi_some_avg10_pct,
+        psi_full_avg10_pct=last.psi_full_avg10_pct,
+        oom_kills_seen=window.oom_kills_seen,
+        held_for_s=window.critical.held_for(now_s) or None,
+    )
+
+
+def summary(ev: Evidence) -> str:
+    """``working set 41.2 GiB of 64.0 GiB (64%), +4.4 GiB/h``."""
+    if ev.working_set_bytes is None:
+        return "working set unknown"
+    text = f"working set {fmt_bytes(ev.working_set_bytes)}"
+    if ev.limit_bytes:
+        text += f" of {fmt_bytes(ev.limit_bytes)} ({ev.working_set_bytes / ev.limit_bytes:.0%})"
+    if ev.slope_bytes_per_h is not None:
+        text += f", {fmt_rate(ev.slope_bytes_per_h)}"
+    if ev.store_fraction is not None:
+        text += f", object store {ev.store_fraction:.0%}"
+    return text
+
+
+def _gate(settings: PolicySettings, history: RotationHistory, now_s: float) -> str | None:
+    """Why a wanted rotation must wait, or None if it may go ahead."""
+    if not settings.rotation_enabled:
+        return "rotation is disabled for this guard"
+    if history.is_head and not settings.include_head:
+        return "this is the head pod and the guard does not include the head"
+    if history.group_in_flight >= settings.max_unavailable:
+        return (f"{history.group_in_flight} pod(s) of the group already rotating "
+                f"(maxUnavailable {settings.max_unavailable})")
+    if history.group_last_rotation_s is not None and now_s - history.group_last_rotation_s < settings.cooldown_s:
+        left = settings.cooldown_s - (now_s - history.group_last_rotation_s)
+        return f"group cooling down for another {fmt_duration(left)}"
+    if history.guard_rotations_last_hour >= settings.max_rotations_per_hour:
+        return (f"{history.guard_rotations_last_hour} rotation(s) in the last hour "
+                f"(cap {settings.max_rotations_per_hour})")
+    return None
+
+
+def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHistory, now_s: float) -> list[Decision]:
+    """Decisions for one pod now: at most one rotation (or its deferral) and
+    at most one remediation; a single ``none`` when there is nothing to do."""
+    last = window.last
+    if last is None:
+        return [Decision(Action.NONE, Reason.NO_SAMPLES, "no samples from the sidecar yet", Evidence())]
+    ev = evidence_for(window, settings, now_s)
+    age = now_s - last.time_s
+    if age > settings.stale_after_s:
+        return [Decision(Action.NONE, Reason.SAMPLES_STALE,
+                         f"newest sample is {fmt_duration(age)} old; not acting on stale data", ev)]
+    if history.pod_rotation_in_flight:
+        return [Decision(Action.NONE, Reason.ROTATION_IN_PROGRESS, "rotation in progress", ev)]
+
+    out: list[Decision] = []
+    wanted: tuple[Reason, list[str]] | None = None
+    if history.user_requested:
+        wanted = (Reason.USER_REQUESTED, ["rotation requested with the memoryguard.io/rotate annotation"])
+    remediate: tuple[Reason, list[str]] | None = None
+    for rule in RULES:
+        if rule.action is Action.ROTATE and wanted is not None:
+            continue
+        if rule.action is Action.REMEDIATE and (remediate is not None or history.remediation_advised):
+            continue
+        notes = _fire(rule, window, settings, now_s)
+        if notes is None:
+            continue
+        if rule.action is Action.ROTATE:
+            wanted = (rule.reason, notes)
+        else:
+            remediate = (rule.reason, notes)
+
+    if wanted is not None:
+        reason, notes = wanted
+        message = f"{summary(ev)}: {'; '.join(notes)}"
+        blocked = _gate(settings, history, now_s)
+        if blocked is not None:
+            out.append(Decision(Action.NONE, Reason.ROTATION_DEFERRED,
+                                f"would rotate ({reason.value}): {message}; waiting: {blocked}", ev))
+        else:
+            out.append(Decision(Action.ROTATE, reason, message, ev, dry_run=settings.dry_run))
+    if remediate is not None and (wanted is None or out[0].action is not Action.ROTATE):
+        reason, notes = remediate
+        out.append(Decision(Action.REMEDIATE, reason,
+                            f"{summary(ev)}: {'; '.join(notes)}; jemalloc (LD_PRELOAD) usually returns "
+                            "fragmented memory, a bounded cache needs its bound lowered", ev, dry_run=settings.dry_run))
+    if out:
+        return out
+    if not last.memory_max_bytes:
+        return [Decision(Action.NONE, Reason.NO_LIMIT, f"{summary(ev)}; no memory limit to project to", ev)]
+    if window.age_s < settings.trend_min_span_s:
+        return [Decision(Action.NONE, Reason.WARMING_UP,
+                         f"{summary(ev)}; trend needs {fmt_duration(settings.trend_min_span_s)} of history", ev)]
+    tail = f", projected OOM in {fmt_duration(ev.projected_oom_s)}" if ev.projected_oom_s is not None else ""
+    return [Decision(Action.NONE, Reason.HEALTHY, f"{summary(ev)}{tail}", ev)]

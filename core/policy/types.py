@@ -1,0 +1,86 @@
+"""Decision types: actions, the closed set of reasons, evidence, and what was
+done to a pod and its group before (the history the caller supplies)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+
+class Action(str, enum.Enum):
+    NONE = "none"
+    REMEDIATE = "remediate"
+    ROTATE = "rotate"
+
+
+class Reason(str, enum.Enum):
+    # Nothing to do.
+    HEALTHY = "Healthy"
+    WARMING_UP = "WarmingUp"
+    NO_LIMIT = "NoMemoryLimit"
+    NO_SAMPLES = "NoSamples"
+    SAMPLES_STALE = "SamplesStale"
+    ROTATION_DEFERRED = "RotationDeferred"
+    ROTATION_IN_PROGRESS = "RotationInProgress"
+    # Rotate.
+    OOM_KILLED = "OOMKillSeen"
+    CRITICAL_USAGE = "CriticalUsage"
+    MEMORY_PRESSURE = "MemoryPressure"
+    PROJECTED_OOM = "ProjectedOOM"
+    OBJECT_STORE_FILLING = "ObjectStoreFilling"
+    OBJECT_STORE_FULL = "ObjectStoreFull"
+    USER_REQUESTED = "UserRequested"
+    # Remediate.
+    GROWTH_PLATEAU = "GrowthPlateau"
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """The numbers behind a decision. Every field may be unknown (None)."""
+
+    working_set_bytes: int | None = None
+    limit_bytes: int | None = None
+    slope_bytes_per_h: float | None = None
+    projected_oom_s: float | None = None  # seconds from now until the limit
+    store_fraction: float | None = None
+    store_projected_full_s: float | None = None
+    psi_some_avg10_pct: float | None = None
+    psi_full_avg10_pct: float | None = None
+    oom_kills_seen: int | None = None
+    held_for_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: Reason
+    message: str
+    evidence: Evidence
+    dry_run: bool = False  # a rotation the caller must only report
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "action": self.action.value,
+            "reason": self.reason.value,
+            "message": self.message,
+            "evidence": self.evidence.to_dict(),
+            "dry_run": self.dry_run,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class RotationHistory:
+    """What was done before, as the caller knows it (from annotations and
+    status). Times in the same clock as the samples."""
+
+    is_head: bool = False
+    pod_rotation_in_flight: bool = False
+    group_in_flight: int = 0  # pods of this group rotating now
+    group_last_rotation_s: float | None = None
+    guard_rotations_last_hour: int = 0
+    remediation_advised: bool = False  # a plateau was already reported
+    user_requested: bool = False  # memoryguard.io/rotate=now

@@ -1,0 +1,169 @@
+"""Per-pod state the policy keeps between samples: bucketed history for the
+trend, hysteresis timers, OOM-kill counts and the last sample.
+
+``add`` costs O(1) per sample; when a bucket closes the trend is refitted
+over the buckets in the window (O(buckets^2), about 48 buckets by default),
+so the amortised cost stays small however long the pod lives. Purely
+computational: time comes from the samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+from memoryguard.core.policy.trend import Line, median, theil_sen
+from memoryguard.core.samples import Sample
+from memoryguard.core.settings import PolicySettings
+
+
+@dataclasses.dataclass
+class Bucket:
+    start_s: float
+    n: int = 0
+    total: float = 0.0
+    peak: float = 0.0
+
+    def add(self, value: float) -> None:
+        self.n += 1
+        self.total += value
+        self.peak = value if self.n == 1 else max(self.peak, value)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n
+
+
+@dataclasses.dataclass(frozen=True)
+class TrendFit:
+    """A trend over the window's buckets, in the series' own units."""
+
+    line: Line  # whole window
+    recent: Line | None  # the recent half only
+    span_s: float  # time covered by the fitted buckets
+    peak_offset: float  # median of (bucket peak - line): how far peaks ride above the trend
+
+    def level_at(self, t: float) -> float:
+        return self.line.at(t)
+
+
+class HoldTimer:
+    """"Above X for D seconds" with hysteresis: the run starts when the value
+    reaches ``enter`` and only ends when it falls below ``exit`` or the
+    reading goes missing (an unknown value never extends a run)."""
+
+    __slots__ = ("since",)
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def update(self, t: float, value: float | None, enter: float, exit: float) -> None:
+        if value is None or value < exit:
+            self.since = None
+        elif value >= enter and self.since is None:
+            self.since = t
+
+    def held_for(self, now_s: float) -> float:
+        return 0.0 if self.since is None else max(0.0, now_s - self.since)
+
+
+class Series:
+    """One bucketed series (working set bytes, or store occupancy) with its
+    cached trend fit."""
+
+    def __init__(self, bucket_s: float, window_s: float) -> None:
+        self.bucket_s = bucket_s
+        self.buckets: deque[Bucket] = deque(maxlen=max(2, int(window_s // bucket_s)))
+        self.open: Bucket | None = None
+        self.fit: TrendFit | None = None
+
+    def add(self, t: float, value: float | None) -> Bucket | None:
+        """Fold a value in; returns the bucket that closed, if any."""
+        closed = None
+        if self.open is not None and t >= self.open.start_s + self.bucket_s:
+            if self.open.n:
+                self.buckets.append(self.open)
+                closed = self.open
+                self.fit = self._refit()
+            self.open = None
+        if value is None:
+            return closed
+        if self.open is None:
+            self.open = Bucket(start_s=t - (t % self.bucket_s))
+        self.open.add(value)
+        return closed
+
+    def _refit(self) -> TrendFit | None:
+        bs = list(self.buckets)
+        if len(bs) < 3:
+            return None
+        half = self.bucket_s / 2
+        ts = [b.start_s + half for b in bs]
+        ys = [b.mean for b in bs]
+        line = theil_sen(ts, ys)
+        if line is None:
+            return None
+        k = len(bs) // 2
+        recent = theil_sen(ts[k:], ys[k:]) if len(bs) - k >= 3 else None
+        offset = max(0.0, median([b.peak - line.at(t) for b, t in zip(bs, ts)]))
+        return TrendFit(line=line, recent=recent, span_s=ts[-1] - ts[0] + self.bucket_s, peak_offset=offset)
+
+
+class PodWindow:
+    """Everything the policy remembers about one pod."""
+
+    def __init__(self, settings: PolicySettings) -> None:
+        self.settings = settings
+        self.first_s: float | None = None
+        self.last: Sample | None = None
+        self.working_set = Series(settings.trend_bucket_s, settings.trend_window_s)
+        self.store = Series(settings.trend_bucket_s, settings.trend_window_s)
+        self.critical = HoldTimer()
+        self.pressure = HoldTimer()
+        self.store_full = HoldTimer()
+        self._first_oom_kills: int | None = None
+        self.oom_kills_seen = 0  # kernel OOM kills observed since we started watching
+        self.baseline_ws_bytes: float | None = None  # level once warm-up is over
+        self.samples_seen = 0
+        self.samples_rejected = 0
+
+    def add(self, sample: Sample) -> bool:
+        """Fold one sample in. Samples that are not newer than the last one
+        (duplicates, out of order, a clock gone backwards) are rejected and
+        counted: returns False."""
+        if self.last is not None and sample.time_s <= self.last.time_s:
+            self.samples_rejected += 1
+            return False
+        s = self.settings
+        t = sample.time_s
+        if self.first_s is None:
+            self.first_s = t
+        self.last = sample
+        self.samples_seen += 1
+
+        ws = sample.working_set_bytes
+        closed = self.working_set.add(t, float(ws) if ws is not None else None)
+        if closed is not None and self.baseline_ws_bytes is None and t - self.first_s >= s.trend_min_span_s / 2:
+            self.baseline_ws_bytes = closed.mean
+        self.store.add(t, sample.store_fraction)
+
+        frac = sample.working_set_fraction
+        self.critical.update(t, frac, s.critical_fraction, s.critical_fraction - s.hysteresis_fraction)
+        full_psi = sample.psi_full_avg10_pct
+        self.pressure.update(t, full_psi, s.pressure_full_pct, s.pressure_full_pct / 2)
+        self.store_full.update(t, sample.store_fraction, s.store_full_fraction,
+                               s.store_full_fraction - s.hysteresis_fraction)
+
+        kills = sample.oom_kill_count
+        if kills is not None:
+            if self._first_oom_kills is None or kills < self._first_oom_kills:
+                # First reading, or the counter was reset (a new container).
+                self._first_oom_kills = kills
+            self.oom_kills_seen = kills - self._first_oom_kills
+        return True
+
+    @property
+    def age_s(self) -> float:
+        if self.first_s is None or self.last is None:
+            return 0.0
+        return self.last.time_s - self.first_s

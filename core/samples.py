@@ -1,0 +1,146 @@
+"""The sample: one reading of a Ray container's memory, as the sidecar serves
+it and as traces record it.
+
+Every reading is optional: ``None`` means "not known", never zero (a missing
+``memory.pressure`` is not "no pressure"). Bytes are integers, times are
+seconds. The wire form (``to_wire``/``from_wire``) is the JSON of the
+sidecar's ``GET /v1/samples``; the trace form is a CSV row of
+``shared/traces`` (``t_s`` seconds since the pod started).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+# Wire names (sidecar JSON) and the matching Sample attribute.
+WIRE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("memory_current", "memory_current_bytes"),
+    ("memory_max", "memory_max_bytes"),
+    ("anon", "anon_bytes"),
+    ("file", "file_bytes"),
+    ("inactive_file", "inactive_file_bytes"),
+    ("shmem", "shmem_bytes"),
+    ("plasma_used", "plasma_used_bytes"),
+    ("plasma_capacity", "plasma_capacity_bytes"),
+    ("psi_some_avg10", "psi_some_avg10_pct"),
+    ("psi_full_avg10", "psi_full_avg10_pct"),
+    ("oom_kill", "oom_kill_count"),
+)
+FLOAT_FIELDS = frozenset({"psi_some_avg10_pct", "psi_full_avg10_pct"})
+# Traces use the wire names, with t_s in place of time.
+TRACE_COLUMNS: tuple[str, ...] = ("t_s",) + tuple(w for w, _ in WIRE_FIELDS)
+
+# Values beyond this are garbage, not memory (16 EiB is the cgroup "no limit").
+_MAX_BYTES = 2**62
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sample:
+    """One reading. ``time_s``: unix seconds (live) or seconds since the pod
+    started (traces); the policy only needs it to be monotonic per pod."""
+
+    time_s: float
+    memory_current_bytes: int | None = None
+    memory_max_bytes: int | None = None  # None: no limit set ("max")
+    anon_bytes: int | None = None
+    file_bytes: int | None = None
+    inactive_file_bytes: int | None = None
+    shmem_bytes: int | None = None
+    plasma_used_bytes: int | None = None
+    plasma_capacity_bytes: int | None = None  # 0 or None: no object store
+    psi_some_avg10_pct: float | None = None
+    psi_full_avg10_pct: float | None = None
+    oom_kill_count: int | None = None
+
+    @property
+    def working_set_bytes(self) -> int | None:
+        """``memory.current - inactive_file``: what kubelet and Ray's memory
+        monitor compare with the limit. Unknown if either part is."""
+        if self.memory_current_bytes is None or self.inactive_file_bytes is None:
+            return None
+        return max(0, self.memory_current_bytes - self.inactive_file_bytes)
+
+    @property
+    def working_set_fraction(self) -> float | None:
+        ws, limit = self.working_set_bytes, self.memory_max_bytes
+        if ws is None or not limit:
+            return None
+        return ws / limit
+
+    @property
+    def store_fraction(self) -> float | None:
+        """Live object-store bytes over capacity; None without a store."""
+        used, cap = self.plasma_used_bytes, self.plasma_capacity_bytes
+        if used is None or not cap:
+            return None
+        return used / cap
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"time": self.time_s}
+        for wire, attr in WIRE_FIELDS:
+            out[wire] = getattr(self, attr)
+        out["working_set"] = self.working_set_bytes
+        return out
+
+    @classmethod
+    def from_wire(cls, doc: Mapping[str, Any]) -> Sample:
+        """Parse one sample of the sidecar's JSON. Raises ``ValueError`` on a
+        missing or non-finite time; any other bad value becomes ``None``."""
+        t = _number(doc.get("time"))
+        if t is None:
+            raise ValueError("sample without a valid 'time'")
+        kwargs: dict[str, Any] = {}
+        for wire, attr in WIRE_FIELDS:
+            kwargs[attr] = _coerce(attr, doc.get(wire))
+        return cls(time_s=t, **kwargs)
+
+    def to_trace_row(self) -> dict[str, str]:
+        row = {"t_s": _fmt(self.time_s if self.time_s % 1 else int(self.time_s))}
+        for wire, attr in WIRE_FIELDS:
+            row[wire] = _fmt(getattr(self, attr))
+        return row
+
+    @classmethod
+    def from_trace_row(cls, row: Mapping[str, str | None]) -> Sample:
+        t = _number(row.get("t_s"))
+        if t is None:
+            raise ValueError(f"row without a valid t_s: {dict(row)!r}")
+        kwargs: dict[str, Any] = {}
+        for wire, attr in WIRE_FIELDS:
+            raw = row.get(wire)
+            kwargs[attr] = _coerce(attr, _number(raw) if raw not in (None, "") else None)
+        # In traces a capacity of 0 means "no store": keep it as given.
+        return cls(time_s=t, **kwargs)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        f = float(value)
+    elif isinstance(value, str):
+        try:
+            f = float(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _coerce(attr: str, value: object) -> int | float | None:
+    f = _number(value)
+    if f is None or f < 0:
+        return None
+    if attr in FLOAT_FIELDS:
+        return f if f <= 100.0 else None
+    if f > _MAX_BYTES:
+        return None
+    return int(f)
+
+
+def _fmt(value: object) -> str:
+    return "" if value is None else str(value)

@@ -1,0 +1,86 @@
+"""Trace files: the CSV format of ``shared/traces`` (one row per sample,
+``t_s`` seconds since the pod started, bytes as integers).
+
+Reading is strict about structure (a missing column is an error that names
+the file and the column) and lenient about values (an empty or garbage cell
+is an unknown reading, as the sidecar would report it).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from memoryguard.core.samples import TRACE_COLUMNS, Sample
+
+
+class TraceError(ValueError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    name: str  # file name without .csv
+    samples: tuple[Sample, ...]
+
+
+def iter_samples(stream: IO[str], *, source: str = "<stream>") -> Iterator[Sample]:
+    reader = csv.DictReader(stream)
+    if reader.fieldnames is None:
+        raise TraceError(f"{source}: empty file, expected a header with {', '.join(TRACE_COLUMNS)}")
+    missing = [c for c in ("t_s", "memory_current") if c not in reader.fieldnames]
+    if missing:
+        raise TraceError(f"{source}: missing column(s) {', '.join(missing)}")
+    for lineno, row in enumerate(reader, start=2):
+        try:
+            yield Sample.from_trace_row(row)
+        except ValueError as exc:
+            raise TraceError(f"{source}:{lineno}: {exc}") from None
+
+
+def read_trace(path: str | Path) -> Trace:
+    p = Path(path)
+    try:
+        with p.open(newline="") as f:
+            samples = tuple(iter_samples(f, source=str(p)))
+    except OSError as exc:
+        raise TraceError(f"{p}: {exc.strerror or exc}") from None
+    return Trace(name=p.stem, samples=samples)
+
+
+def write_trace(samples: Iterable[Sample], stream: IO[str]) -> int:
+    writer = csv.DictWriter(stream, fieldnames=list(TRACE_COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    n = 0
+    for s in samples:
+        writer.writerow(s.to_trace_row())
+        n += 1
+    return n
+
+
+def trace_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand directories into their ``*.csv`` files, sorted by name."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            out.extend(sorted(p.glob("*.csv")))
+        else:
+            out.append(p)
+    return out
+
+
+def read_labels(path: str | Path) -> dict[str, dict[str, Any]]:
+    """``labels.json`` as in shared/traces: name -> {kind, oom_at_s, ...}."""
+    try:
+        with Path(path).open() as f:
+            doc = json.load(f)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TraceError(f"{path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise TraceError(f"{path}: expected an object mapping trace names to labels")
+    return doc

@@ -1,0 +1,5 @@
+"""``python -m memoryguard``: the same as the ``memoryguard`` command."""
+
+from memoryguard.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""The ``memoryguard`` command: one entry point, one subcommand per job.
+
+Subcommands import what they need when they run, so the sidecar image (which
+has no kopf, kubernetes or ray) can run ``memoryguard sidecar``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="memoryguard", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("simulate", help="replay memory traces through the policy, offline")
+    s.add_argument("traces", nargs="*", metavar="TRACE.csv",
+                   help="trace files or directories (default: the project's example traces)")
+    s.add_argument("--guard", metavar="FILE.yaml", help="a MemoryGuard manifest whose spec sets the policy")
+    s.add_argument("--json", action="store_true", help="print one JSON document")
+    s.add_argument("--plot", metavar="OUT.png", help="draw each trace with the trend and the decisions")
+
+    b = sub.add_parser("bench", help="score the policy and a static baseline on labelled traces")
+    b.add_argument("directory", nargs="?", metavar="DIR", help="traces and labels.json (default: examples)")
+    b.add_argument("--labels", metavar="labels.json")
+    b.add_argument("--guard", metavar="FILE.yaml")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--no-cost", action="store_true", help="skip the policy cost measurement")
+
+    g = sub.add_parser("gen-traces", help="write synthetic traces and labels.json")
+    g.add_argument("out_dir", metavar="DIR")
+    g.add_argument("--random", type=int, metavar="N", help="N pods from wide random ranges (default: the examples)")
+    g.add_argument("--seed", type=int, default=7)
+
+    sc = sub.add_parser("sidecar", help="run the sidecar (reads the Ray container's memory, serves samples)")
+    sc.add_argument("rest", nargs=argparse.REMAINDER)
+    r = sub.add_parser("record", help="record a sidecar's samples into a trace CSV")
+    r.add_argument("rest", nargs=argparse.REMAINDER)
+    o = sub.add_parser("operator", help="run the operator")
+    o.add_argument("rest", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from memoryguard.core import commands
+
+    try:
+        if args.command == "simulate":
+            return commands.simulate(args.traces, guard=args.guard, as_json=args.json, plot=args.plot)
+        if args.command == "bench":
+            return _bench(args)
+        if args.command == "gen-traces":
+            return commands.gen_traces(args.out_dir, random_n=args.random, seed=args.seed)
+        if args.command == "sidecar":
+            from memoryguard.sidecar import main as sidecar_main
+
+            return sidecar_main.main(args.rest)
+        if args.command == "record":
+            from memoryguard.sidecar import record
+
+            return record.main(args.rest)
+        if args.command == "operator":
+            from memoryguard.operator import main as operator_main
+
+            return operator_main.main(args.rest)
+    except commands.UsageError as exc:
+        print(f"memoryguard: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from memoryguard import policy_cost
+    from memoryguard.core import commands
+
+    directory = args.directory or str(commands.EXAMPLES_DIR)
+    result = commands.bench(directory, labels_path=args.labels, guard=args.guard, as_json=args.json)
+    if not args.no_cost:
+        cost = policy_cost.measure(commands.load_traces([directory]), commands.load_guard_settings(args.guard))
+        result["cost"] = cost
+        if not args.json:
+            print(f"policy cost: {cost['samples']} samples in {cost['cpu_s']} s CPU: "
+                  f"{cost['samples_per_s']} samples/s, {cost['us_per_sample']} us/sample")
+    if args.json:
+        print(json.dumps(result, indent=1))
+    return 0

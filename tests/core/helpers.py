@@ -1,0 +1,48 @@
+"""Builders of synthetic sample series for the policy's table tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from memoryguard.core.policy import PodWindow
+from memoryguard.core.policy.types import Decision
+from memoryguard.core.samples import Sample
+from memoryguard.core.settings import PolicySettings
+from memoryguard.core.simulate import replay
+
+GIB = 1024**3
+LIMIT = 32 * GIB
+
+
+def sample(t: float, frac: float | None, *, limit: int | None = LIMIT, psi_full: float | None = 0.1,
+           store: float | None = 0.2, oom_kill: int | None = 0) -> Sample:
+    ws = None if frac is None else int(frac * (limit or LIMIT))
+    return Sample(
+        time_s=t, memory_current_bytes=None if ws is None else ws + GIB, memory_max_bytes=limit,
+        inactive_file_bytes=GIB, psi_full_avg10_pct=psi_full, psi_some_avg10_pct=psi_full,
+        plasma_used_bytes=None if store is None else int(store * 8 * GIB), plasma_capacity_bytes=8 * GIB,
+        oom_kill_count=oom_kill,
+    )
+
+
+def series(fn: Callable[[float], float | None], hours: float, step_s: float = 15.0, **kw: object) -> list[Sample]:
+    n = int(hours * 3600 / step_s)
+    return [sample(i * step_s, fn(i * step_s), **kw) for i in range(n + 1)]  # type: ignore[arg-type]
+
+
+def run(samples: Iterable[Sample], settings: PolicySettings | None = None) -> list[tuple[float, Decision]]:
+    """Replay samples as the operator would (``simulate``'s replay): every
+    non-none decision up to the first rotation."""
+    rep = replay("test", list(samples), settings or PolicySettings())
+    return [(td.t_s, td.decision) for td in rep.decisions]
+
+
+def window_of(samples: Iterable[Sample], settings: PolicySettings | None = None) -> PodWindow:
+    w = PodWindow(settings or PolicySettings())
+    for smp in samples:
+        w.add(smp)
+    return w
+
+
+def first_rotation(decisions: list[tuple[float, Decision]]) -> float | None:
+    return next((t for t, d in decisions if d.action.value == "rotate"), None)

@@ -1,0 +1,73 @@
+"""The offline commands as a user runs them: `memoryguard simulate`,
+`bench` and `gen-traces`, in a subprocess, checking output shapes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from memoryguard.core import commands
+
+LEAK = str(commands.EXAMPLES_DIR / "leak_steady.csv")
+HEALTHY = str(commands.EXAMPLES_DIR / "healthy_gc_sawtooth.csv")
+
+
+def mg(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "memoryguard", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_simulate_json_shape() -> None:
+    r = mg("simulate", "--json", LEAK, HEALTHY)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)  # exactly one document
+    assert set(doc) == {"traces"} and set(doc["traces"]) == {"leak_steady", "healthy_gc_sawtooth"}
+    leak = doc["traces"]["leak_steady"]
+    assert isinstance(leak["first_rotation_s"], int)
+    last = leak["decisions"][-1]
+    assert set(last) == {"t_s", "action", "reason", "message", "evidence"}
+    assert last["action"] == "rotate" and last["t_s"] == leak["first_rotation_s"]
+    assert last["evidence"]["projected_oom_s"] <= 7200 and last["evidence"]["limit_bytes"] > 0
+    assert all(d["action"] != "none" for d in leak["decisions"])
+    assert doc["traces"]["healthy_gc_sawtooth"]["first_rotation_s"] is None
+
+
+def test_simulate_table_and_plot(tmp_path: Path) -> None:
+    png = tmp_path / "out.png"
+    r = mg("simulate", "--plot", str(png), LEAK)
+    assert r.returncode == 0, r.stderr
+    assert "leak_steady" in r.stdout and "rotate" in r.stdout and "ProjectedOOM" in r.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_guard_file_changes_policy_and_bad_guard_is_refused(tmp_path: Path) -> None:
+    guard = tmp_path / "g.yaml"
+    guard.write_text("apiVersion: memoryguard.io/v1alpha1\nkind: MemoryGuard\nspec:\n  policy:\n"
+                     "    horizonSeconds: 1800\n")
+    r = mg("simulate", "--json", "--guard", str(guard), LEAK)
+    assert r.returncode == 0, r.stderr
+    early = json.loads(mg("simulate", "--json", LEAK).stdout)["traces"]["leak_steady"]["first_rotation_s"]
+    late = json.loads(r.stdout)["traces"]["leak_steady"]["first_rotation_s"]
+    assert late > early  # a shorter horizon rotates later
+    guard.write_text("spec:\n  policy:\n    horizonSeconds: -5\n    bogus: 1\n")
+    r = mg("simulate", "--guard", str(guard), LEAK)
+    assert r.returncode == 2
+    assert "horizonSeconds: -5 is outside" in r.stderr and "bogus: unknown setting" in r.stderr
+
+
+def test_missing_trace_is_a_clear_error() -> None:
+    r = mg("simulate", "/nonexistent/x.csv")
+    assert r.returncode == 2 and "No such file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_json_and_gen_traces(tmp_path: Path) -> None:
+    r = mg("gen-traces", str(tmp_path), "--random", "6", "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    assert len(list(tmp_path.glob("*.csv"))) == 6
+    r = mg("bench", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert set(doc) == {"policy", "baseline", "traces", "cost"}
+    assert doc["cost"]["samples"] > 0 and doc["cost"]["us_per_sample"] > 0
+    assert len(doc["traces"]) == 6

@@ -1,0 +1,195 @@
+"""Table tests of the policy's detectors and rules on synthetic series: the
+behaviours a leak detector must see through, and the ones it must catch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from memoryguard.core.policy import Action, PodWindow, Reason, RotationHistory, decide
+from memoryguard.core.policy.window import HoldTimer
+from memoryguard.core.settings import PolicySettings
+
+from .helpers import first_rotation, run, sample, series, window_of
+
+H = 3600.0
+
+
+@pytest.mark.parametrize(
+    "values, expect_since",
+    [
+        # (time, value) pairs against enter=0.95 exit=0.92
+        ([(0, 0.96), (10, 0.97)], 0),  # starts at first value above enter
+        ([(0, 0.96), (10, 0.93), (20, 0.96)], 0),  # a dip between exit and enter keeps the run
+        ([(0, 0.96), (10, 0.91), (20, 0.96)], 20),  # below exit resets
+        ([(0, 0.96), (10, None), (20, 0.96)], 20),  # a missing reading never extends a run
+        ([(0, 0.93), (10, 0.94)], None),  # never reached enter
+    ],
+)
+def test_hold_timer_hysteresis(values: list[tuple[float, float | None]], expect_since: float | None) -> None:
+    timer = HoldTimer()
+    for t, v in values:
+        timer.update(t, v, 0.95, 0.92)
+    assert timer.since == expect_since
+
+
+CASES = [
+    # name, fn(t) -> working-set fraction, hours, expected first-rotation window (h) or None
+    ("flat", lambda t: 0.5, 12, None),
+    # GC sawtooth 0.50 -> 0.80 every 20 min: steep within a cycle, flat over the window.
+    ("sawtooth", lambda t: 0.5 + 0.3 * ((t % 1200) / 1200), 12, None),
+    # Warm-up to 0.80 in about an hour, then flat.
+    ("warmup", lambda t: 0.15 + 0.65 * (1 - math.exp(-t / 1200)), 12, None),
+    # Cache filling to a bound over hours.
+    ("cache_fill", lambda t: 0.3 + 0.5 * (1 - math.exp(-t / (3 * H))), 24, None),
+    # Daily load between 0.3 and 0.8.
+    ("daily", lambda t: 0.55 + 0.25 * math.sin(2 * math.pi * t / 86400), 48, None),
+    # Two-minute spikes to 0.97 every 90 minutes.
+    ("spikes", lambda t: 0.97 if (t % 5400) < 120 else 0.6, 12, None),
+    # A steady leak of 5%/h from 0.4: OOM at 12 h; rotate about 2 h before.
+    ("leak_linear", lambda t: 0.4 + 0.05 * t / H, 12, (9.0, 10.5)),
+    # The same leak under a GC sawtooth.
+    ("leak_sawtooth", lambda t: 0.35 + 0.05 * t / H + 0.1 * ((t % 900) / 900), 12, (8.0, 10.5)),
+    # Flat for 6 h, then 8%/h: OOM at about 12.25 h.
+    ("leak_late", lambda t: 0.5 if t < 6 * H else 0.5 + 0.08 * (t - 6 * H) / H, 13, (9.5, 11.8)),
+]
+
+
+@pytest.mark.parametrize("name, fn, hours, window", CASES, ids=[c[0] for c in CASES])
+def test_behaviours(name: str, fn, hours: float, window: tuple[float, float] | None) -> None:  # type: ignore[no-untyped-def]
+    samples = [s for s in series(fn, hours) if (s.working_set_fraction or 0) < 1.0]
+    decisions = run(samples)
+    t = first_rotation(decisions)
+    if window is None:
+        assert t is None, f"{name}: rotated at {t / H:.2f} h: {[d.message for _, d in decisions]}"
+    else:
+        assert t is not None, f"{name}: never rotated"
+        assert window[0] * H <= t <= window[1] * H, f"{name}: rotated at {t / H:.2f} h"
+
+
+def test_rotation_carries_reason_and_evidence() -> None:
+    decisions = run(series(lambda t: 0.4 + 0.05 * t / H, 11))
+    d = next(d for _, d in decisions if d.action is Action.ROTATE)
+    assert d.reason is Reason.PROJECTED_OOM
+    ev = d.evidence
+    assert ev.limit_bytes == 32 * 1024**3
+    assert ev.slope_bytes_per_h is not None and ev.slope_bytes_per_h == pytest.approx(0.05 * 32 * 1024**3, rel=0.1)
+    assert ev.projected_oom_s is not None and ev.projected_oom_s <= 7200
+    assert "projected OOM in" in d.message and "GiB" in d.message
+
+
+def test_critical_usage_needs_duration() -> None:
+    s = PolicySettings()
+    # Four minutes at 97% (shorter than criticalForSeconds=300): nothing.
+    short = series(lambda t: 0.97 if t >= 600 else 0.5, 840 / H)
+    assert first_rotation(run(short)) is None
+    longer = series(lambda t: 0.97 if t >= 600 else 0.5, 0.5)
+    t = first_rotation(run(longer))
+    assert t is not None and t >= 600 + s.critical_for_s
+
+
+def test_missing_values_never_act() -> None:
+    # Working set unknown throughout (no inactive_file): no rotation, ever.
+    samples = series(lambda t: None, 6)
+    assert run(samples) == []
+    w = window_of(samples)
+    d = decide(settings=PolicySettings(), window=w, history=RotationHistory(), now_s=samples[-1].time_s)
+    assert d[0].action is Action.NONE
+
+
+def test_no_limit_is_never_projected() -> None:
+    samples = series(lambda t: 0.4 + 0.05 * t / H, 11, limit=None)
+    decisions = run(samples)
+    assert first_rotation(decisions) is None
+
+
+def test_pressure_needs_high_usage() -> None:
+    low = series(lambda t: 0.5, 1, psi_full=40.0)
+    assert first_rotation(run(low)) is None
+    high = series(lambda t: 0.9, 1, psi_full=40.0)
+    decisions = run(high)
+    assert decisions and decisions[0][1].reason is Reason.MEMORY_PRESSURE
+
+
+def test_oom_kill_seen_rotates_but_old_kills_do_not() -> None:
+    old = [sample(i * 15.0, 0.5, oom_kill=3) for i in range(100)]
+    assert first_rotation(run(old)) is None
+    new = [sample(i * 15.0, 0.5, oom_kill=0 if i < 50 else 1) for i in range(100)]
+    decisions = run(new)
+    assert decisions[0][1].reason is Reason.OOM_KILLED and decisions[0][0] == 50 * 15.0
+
+
+def test_store_filling_rotates_before_full() -> None:
+    samples = series(lambda t: 0.4, 14, store=None)
+    samples = [
+        type(s)(**{**{f: getattr(s, f) for f in s.__dataclass_fields__},
+                   "plasma_used_bytes": int(min(1.0, 0.2 + 0.06 * s.time_s / H) * 8 * 1024**3)})
+        for s in samples
+    ]
+    decisions = run(samples)
+    t = first_rotation(decisions)
+    full_at = (0.95 - 0.2) / 0.06 * H
+    assert t is not None and full_at - 3 * H <= t <= full_at
+    assert next(d for _, d in decisions if d.action is Action.ROTATE).reason is Reason.OBJECT_STORE_FILLING
+
+
+def test_plateau_is_remediated_never_rotated() -> None:
+    fn = lambda t: 0.3 + 0.45 * (1 - math.exp(-t / (2 * H)))  # noqa: E731
+    decisions = run(series(fn, 30))
+    assert first_rotation(decisions) is None
+    rem = [d for _, d in decisions if d.action is Action.REMEDIATE]
+    assert len(rem) == 1 and rem[0].reason is Reason.GROWTH_PLATEAU and "jemalloc" in rem[0].message
+
+
+def _leaking_window() -> PodWindow:
+    return window_of(series(lambda t: 0.4 + 0.05 * t / H, 10.5))
+
+
+@pytest.mark.parametrize(
+    "settings, history, action, reason, says",
+    [
+        (PolicySettings(), RotationHistory(), Action.ROTATE, Reason.PROJECTED_OOM, "projected OOM"),
+        (PolicySettings(dry_run=True), RotationHistory(), Action.ROTATE, Reason.PROJECTED_OOM, "projected"),
+        (PolicySettings(rotation_enabled=False), RotationHistory(), Action.NONE, Reason.ROTATION_DEFERRED, "disabled"),
+        (PolicySettings(), RotationHistory(is_head=True), Action.NONE, Reason.ROTATION_DEFERRED, "head"),
+        (PolicySettings(include_head=True), RotationHistory(is_head=True), Action.ROTATE, Reason.PROJECTED_OOM, ""),
+        (PolicySettings(), RotationHistory(group_in_flight=1), Action.NONE, Reason.ROTATION_DEFERRED,
+         "maxUnavailable 1"),
+        (PolicySettings(max_unavailable=2), RotationHistory(group_in_flight=1), Action.ROTATE,
+         Reason.PROJECTED_OOM, ""),
+        (PolicySettings(), RotationHistory(group_last_rotation_s=10.5 * H - 60), Action.NONE,
+         Reason.ROTATION_DEFERRED, "cooling down"),
+        (PolicySettings(), RotationHistory(guard_rotations_last_hour=4), Action.NONE, Reason.ROTATION_DEFERRED,
+         "cap 4"),
+        (PolicySettings(), RotationHistory(pod_rotation_in_flight=True), Action.NONE, Reason.ROTATION_IN_PROGRESS,
+         ""),
+    ],
+)
+def test_gates(settings: PolicySettings, history: RotationHistory, action: Action, reason: Reason, says: str) -> None:
+    w = _leaking_window()
+    d = decide(settings=settings, window=w, history=history, now_s=w.last.time_s)[0]  # type: ignore[union-attr]
+    assert (d.action, d.reason) == (action, reason), d.message
+    assert says in d.message
+    assert d.dry_run == settings.dry_run
+
+
+def test_stale_samples_never_act() -> None:
+    w = _leaking_window()
+    now = w.last.time_s + 600  # type: ignore[union-attr]
+    d = decide(settings=PolicySettings(), window=w, history=RotationHistory(), now_s=now)
+    assert [(x.action, x.reason) for x in d] == [(Action.NONE, Reason.SAMPLES_STALE)]
+
+
+def test_user_request_rotates_a_healthy_pod_within_budgets() -> None:
+    w = window_of(series(lambda t: 0.5, 1))
+    d = decide(settings=PolicySettings(), window=w, history=RotationHistory(user_requested=True),
+               now_s=w.last.time_s)[0]  # type: ignore[union-attr]
+    assert (d.action, d.reason) == (Action.ROTATE, Reason.USER_REQUESTED)
+
+
+def test_out_of_order_samples_are_rejected() -> None:
+    w = PodWindow(PolicySettings())
+    assert w.add(sample(100, 0.5))
+    assert not w.add(sample(50, 0.9))
+    assert not w.add(sample(100, 0.9))
+    assert w.samples_rejected == 2 and w.last is not None and w.last.time_s == 100
