@@ -22,8 +22,7 @@ run: $(STAMP)
 	$(BIN)/memoryguard simulate --plot simulate.png examples/traces/leak_steady.csv examples/traces/healthy_gc_sawtooth.csv examples/traces/fragmentation_flattens.csv examples/traces/plasma_never_released.csv
 
 lint: $(STAMP)
-	$(BIN)/ruff check core memoryguard sidecar operator tests
-	$(BIN)/lint-imports
+	$(BIN)/ruff check core memoryguard sidecar operator tests benchmarks
 
 typecheck: $(STAMP)
 	VENV=$(VENV) .ci/typecheck-tree
@@ -42,3 +41,6 @@ traces: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info simulate.png
+
+bench-sidecar: $(STAMP)
+	$(BIN)/python benchmarks/sidecar_bench.py

@@ -35,16 +35,21 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--random", type=int, metavar="N", help="N pods from wide random ranges (default: the examples)")
     g.add_argument("--seed", type=int, default=7)
 
-    sc = sub.add_parser("sidecar", help="run the sidecar (reads the Ray container's memory, serves samples)")
-    sc.add_argument("rest", nargs=argparse.REMAINDER)
-    r = sub.add_parser("record", help="record a sidecar's samples into a trace CSV")
-    r.add_argument("rest", nargs=argparse.REMAINDER)
-    o = sub.add_parser("operator", help="run the operator")
-    o.add_argument("rest", nargs=argparse.REMAINDER)
+    # Listed for --help; their own parsers take their arguments (see main).
+    sub.add_parser("sidecar", help="run the sidecar (reads the Ray container's memory, serves samples)")
+    sub.add_parser("record", help="record a sidecar's samples into a trace CSV")
+    sub.add_parser("operator", help="run the operator")
     return p
 
 
+# Subcommands with parsers of their own: everything after the name is theirs.
+PASSTHROUGH = ("sidecar", "record", "operator")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASSTHROUGH:
+        return _passthrough(argv[0], argv[1:])
     args = _parser().parse_args(argv)
     from memoryguard.core import commands
 
@@ -55,24 +60,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _bench(args)
         if args.command == "gen-traces":
             return commands.gen_traces(args.out_dir, random_n=args.random, seed=args.seed)
-        if args.command == "sidecar":
-            from memoryguard.sidecar import main as sidecar_main
-
-            return sidecar_main.main(args.rest)
-        if args.command == "record":
-            from memoryguard.sidecar import record
-
-            return record.main(args.rest)
-        if args.command == "operator":
-            from memoryguard.operator import main as operator_main
-
-            return operator_main.main(args.rest)
     except commands.UsageError as exc:
         print(f"memoryguard: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     return 2
+
+
+def _passthrough(command: str, rest: list[str]) -> int:
+    try:
+        if command == "sidecar":
+            from memoryguard.sidecar import main as sidecar_main
+
+            return sidecar_main.main(rest)
+        if command == "record":
+            from memoryguard.sidecar import record
+
+            return record.main(rest)
+        from memoryguard.operator import main as operator_main
+
+        return operator_main.main(rest)
+    except KeyboardInterrupt:
+        return 130
 
 
 def _bench(args: argparse.Namespace) -> int:

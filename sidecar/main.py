@@ -1,0 +1,197 @@
+"""``memoryguard sidecar``: settings, the sampling loop and the server.
+
+Every flag can also be set as ``MEMORYGUARD_<FLAG>`` (``--ray-metrics-url``
+is ``MEMORYGUARD_RAY_METRICS_URL``); a flag beats the variable. SIGTERM and
+SIGINT stop the loop and the server cleanly (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from memoryguard.core.samples import Sample
+from memoryguard.core.traces import TraceError, read_trace
+from memoryguard.sidecar import metrics as sidecar_metrics
+from memoryguard.sidecar.objectstore import RayMetricsScraper, StoreReading, shm_charged_bytes
+from memoryguard.sidecar.procfs import DEFAULT_PATTERN
+from memoryguard.sidecar.replay import ReplayFeed
+from memoryguard.sidecar.sampler import Sampler
+from memoryguard.sidecar.server import Routes, SidecarServer
+
+log = logging.getLogger("memoryguard.sidecar")
+MAX_RING = 100_000
+
+
+def _env(name: str, default: Any) -> Any:
+    return os.environ.get("MEMORYGUARD_" + name.upper().replace("-", "_"), default)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="memoryguard sidecar", description=__doc__.splitlines()[0] if __doc__ else "")
+    p.add_argument("--listen", default=_env("listen", "0.0.0.0:9108"), help="HOST:PORT to serve on")
+    p.add_argument("--interval", type=float, default=float(_env("interval", 5)), help="seconds between samples")
+    p.add_argument("--window", type=float, default=float(_env("window", 3600)), help="seconds of samples kept")
+    p.add_argument("--cgroup-root", default=_env("cgroup_root", None), help="read this cgroup directory")
+    p.add_argument("--proc-root", default=_env("proc_root", "/proc"), help="find the Ray processes here")
+    p.add_argument("--ray-process-pattern", default=_env("ray_process_pattern", DEFAULT_PATTERN),
+                   help="regex on /proc/<pid>/cmdline that marks the Ray container's processes")
+    p.add_argument("--memory-limit-bytes", type=int, default=_env("memory_limit_bytes", None),
+                   help="the Ray container's limit (downward API), for the smaps fallback")
+    p.add_argument("--ray-metrics-url", default=_env("ray_metrics_url", "http://127.0.0.1:8080/metrics"),
+                   help="the raylet's Prometheus endpoint ('' to skip the object store)")
+    p.add_argument("--ray-metrics-interval", type=float, default=float(_env("ray_metrics_interval", 10)),
+                   help="minimum seconds between object store scrapes (Ray refreshes about every 10 s)")
+    p.add_argument("--shm-path", default=_env("shm_path", "/dev/shm"))
+    p.add_argument("--max-connections", type=int, default=int(_env("max_connections", 64)))
+    p.add_argument("--replay", default=_env("replay", None), metavar="TRACE.csv",
+                   help="serve a recorded trace as if live instead of reading memory")
+    p.add_argument("--speed", type=float, default=float(_env("speed", 1)), help="replay time scale")
+    p.add_argument("--epoch", type=float, default=_env("epoch", None),
+                   help="replay: wall time (unix s) at which the trace starts (default: now)")
+    p.add_argument("--log-level", default=_env("log_level", "INFO"))
+    a = p.parse_args(list(argv))
+    host, sep, port = a.listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        p.error(f"--listen must be HOST:PORT, got {a.listen!r}")
+    a.host, a.port = host.strip("[]") or "0.0.0.0", int(port)
+    if a.interval <= 0 or a.window <= 0 or a.speed <= 0:
+        p.error("--interval, --window and --speed must be positive")
+    return a
+
+
+class Sidecar(Routes, sidecar_metrics.StateView):
+    """The running sidecar: its ring buffer, sources and counters."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.ring: collections.deque[Sample] = collections.deque(maxlen=MAX_RING)
+        self.taken = 0
+        self.last_loop_wall: float | None = None
+        self.store = StoreReading()
+        self.scraper = (RayMetricsScraper(args.ray_metrics_url, min_interval_s=args.ray_metrics_interval)
+                        if args.ray_metrics_url and not args.replay else None)
+        self.sampler = Sampler(cgroup_root=args.cgroup_root, proc_root=args.proc_root,
+                               pattern=args.ray_process_pattern, limit_bytes=args.memory_limit_bytes)
+        self.feed: ReplayFeed | None = None
+        if args.replay:
+            trace = read_trace(args.replay)
+            self.feed = ReplayFeed(trace.samples, speed=args.speed,
+                                   epoch_s=float(args.epoch) if args.epoch is not None else time.time())
+        self.http_requests: collections.Counter[tuple[str, int]] = collections.Counter()
+
+    # -- sampling -------------------------------------------------------
+    def add(self, sample: Sample) -> None:
+        self.ring.append(sample)
+        self.taken += 1
+        horizon = sample.time_s - self.args.window
+        while self.ring and self.ring[0].time_s < horizon:
+            self.ring.popleft()
+
+    def sample_once(self, now_s: float) -> None:
+        if self.feed is not None:
+            for s in self.feed.due(now_s):
+                self.add(s)
+        else:
+            self.add(self.sampler.take(now_s, self.store))
+        self.last_loop_wall = now_s
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop_interval = self.args.interval if self.feed is None else min(self.args.interval, 15.0 / self.args.speed)
+        while not stop.is_set():
+            now = time.time()
+            if self.scraper is not None and self.scraper.due(now):
+                self.store = await asyncio.to_thread(self.scraper.scrape, now)
+            try:
+                self.sample_once(time.time())
+            except Exception:  # the loop must never die; the error is counted and logged
+                log.exception("sampling failed")
+            delay = max(0.05, loop_interval - (time.time() - now))
+            try:
+                await asyncio.wait_for(stop.wait(), delay)
+            except TimeoutError:
+                pass
+
+    # -- Routes ---------------------------------------------------------
+    def samples_since(self, since: float | None) -> dict[str, Any]:
+        items = [s.to_wire() for s in self.ring if since is None or s.time_s > since]
+        source = f"replay:{os.path.basename(self.args.replay)}" if self.feed else self.sampler.source_name
+        return {"source": source, "samples": items}
+
+    def metrics(self) -> bytes:
+        return sidecar_metrics.render(self)
+
+    def healthy(self) -> tuple[bool, str]:
+        if self.last_loop_wall is None:
+            return False, "no sample yet"
+        age = time.time() - self.last_loop_wall
+        if age > 3 * self.args.interval + 5:
+            return False, f"sampling loop stalled ({age:.0f} s)"
+        return True, "ok"
+
+    # -- StateView ------------------------------------------------------
+    def last_sample(self) -> Sample | None:
+        return self.ring[-1] if self.ring else None
+
+    def shm_charged_bytes(self) -> int | None:
+        return None if self.feed else shm_charged_bytes(self.args.shm_path)
+
+    def scrape_success(self) -> dict[str, bool]:
+        last = self.last_sample()
+        out = {"memory": last is not None and last.memory_current_bytes is not None}
+        if self.scraper is not None:
+            out["ray"] = self.store.used_bytes is not None
+        return out
+
+    def read_errors(self) -> dict[str, int]:
+        errs = self.sampler.errors()
+        if self.scraper is not None:
+            errs["ray_metrics"] = self.scraper.errors
+        return errs
+
+    def samples_taken(self) -> int:
+        return self.taken
+
+    def source_name(self) -> str:
+        return self.samples_since(float("inf"))["source"]  # type: ignore[no-any-return]
+
+
+async def serve(args: argparse.Namespace) -> int:
+    sidecar = Sidecar(args)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = SidecarServer(sidecar, max_connections=args.max_connections,
+                           on_request=lambda path, status: sidecar.http_requests.update([(path, status)]))
+    await server.start(args.host, args.port)
+    log.info("serving on %s:%d, source %s", args.host, args.port,
+             "replay" if sidecar.feed else sidecar.sampler.source_name)
+    try:
+        await sidecar.run(stop)
+    finally:
+        await server.close()
+    log.info("stopped")
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(serve(args))
+    except TraceError as exc:
+        print(f"memoryguard sidecar: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"memoryguard sidecar: cannot listen on {args.listen}: {exc.strerror or exc}", file=sys.stderr)
+        return 1

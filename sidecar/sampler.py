@@ -1,0 +1,83 @@
+"""One sample from the chosen source and the object store: the sidecar's
+hot path. It rediscovers its source when the Ray container's processes come
+and go (a restarted container has new PIDs), and never raises."""
+
+from __future__ import annotations
+
+import os
+
+from memoryguard.core.samples import Sample
+from memoryguard.sidecar.discovery import Source, discover, source_name
+from memoryguard.sidecar.objectstore import StoreReading
+
+REDISCOVER_AFTER = 3  # consecutive samples without memory.current
+
+
+class Sampler:
+    def __init__(self, *, cgroup_root: str | None, proc_root: str, pattern: str,
+                 limit_bytes: int | None) -> None:
+        self.cgroup_root = cgroup_root
+        self.proc_root = proc_root
+        self.pattern = pattern
+        self.limit_bytes = limit_bytes
+        self.source: Source | None = None
+        self.misses = 0
+        self.discoveries = 0
+        self.retired_errors: dict[str, int] = {}  # errors counted by sources since replaced
+
+    @property
+    def source_name(self) -> str:
+        return source_name(self.source) if self.source is not None else "none"
+
+    def errors(self) -> dict[str, int]:
+        out = dict(self.retired_errors)
+        if self.source is not None:
+            for k, v in self.source.errors().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def _source_gone(self) -> bool:
+        # An open descriptor outlives its file: a restarted Ray container has
+        # new PIDs and a new cgroup while the old fds may still read. One
+        # stat per sample tells.
+        src = self.source
+        return src is not None and src.pid is not None and not os.path.exists(f"{self.proc_root}/{src.pid}")
+
+    def _ensure_source(self) -> Source | None:
+        if self.source is None or self.misses >= REDISCOVER_AFTER or self._source_gone():
+            if self.source is not None:
+                for k, v in self.source.errors().items():
+                    self.retired_errors[k] = self.retired_errors.get(k, 0) + v
+                self.source.close()
+            self.source = discover(cgroup_root=self.cgroup_root, proc_root=self.proc_root, pattern=self.pattern,
+                                   limit_bytes=self.limit_bytes)
+            self.discoveries += 1
+            self.misses = 0
+        return self.source
+
+    def take(self, now_s: float, store: StoreReading) -> Sample:
+        src = self._ensure_source()
+        m = src.read() if src is not None else None
+        if m is None or m.current_bytes is None:
+            self.misses += 1
+        else:
+            self.misses = 0
+        limit = None
+        if m is not None:
+            # A limit file we could not read is unknown, which for the policy
+            # is the same as no limit: it never projects against a guess.
+            limit = m.limit_bytes if m.limit_known else None
+        return Sample(
+            time_s=now_s,
+            memory_current_bytes=m.current_bytes if m else None,
+            memory_max_bytes=limit,
+            anon_bytes=m.anon_bytes if m else None,
+            file_bytes=m.file_bytes if m else None,
+            inactive_file_bytes=m.inactive_file_bytes if m else None,
+            shmem_bytes=m.shmem_bytes if m else None,
+            plasma_used_bytes=store.used_bytes,
+            plasma_capacity_bytes=store.capacity_bytes,
+            psi_some_avg10_pct=m.psi_some_avg10_pct if m else None,
+            psi_full_avg10_pct=m.psi_full_avg10_pct if m else None,
+            oom_kill_count=m.oom_kill_count if m else None,
+        )

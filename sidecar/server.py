@@ -1,0 +1,119 @@
+"""A small, strict HTTP/1.1 server for the sidecar on asyncio streams.
+
+GET only; the request head is bounded (8 KiB) and must arrive within a
+timeout; connections beyond a cap are refused; every response closes the
+connection. Routes: ``/v1/samples?since=<unix s>``, ``/metrics``, ``/healthz``.
+No TLS and no auth by design: the pod network policy decides who may ask
+(see docs/security.md), and nothing here can change state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+MAX_HEAD_BYTES = 8192
+HEAD_TIMEOUT_S = 5.0
+WRITE_TIMEOUT_S = 10.0
+
+
+class Routes:
+    """What the server serves; implemented by the running sidecar."""
+
+    def samples_since(self, since: float | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def metrics(self) -> bytes:
+        raise NotImplementedError
+
+    def healthy(self) -> tuple[bool, str]:
+        raise NotImplementedError
+
+
+def _response(status: int, reason: str, body: bytes, ctype: str, extra: str = "") -> bytes:
+    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+            f"Connection: close\r\nCache-Control: no-store\r\n{extra}\r\n")
+    return head.encode("ascii") + body
+
+
+def _text(status: int, reason: str, text: str, extra: str = "") -> bytes:
+    return _response(status, reason, text.encode() + b"\n", "text/plain; charset=utf-8", extra)
+
+
+class SidecarServer:
+    def __init__(self, routes: Routes, *, max_connections: int = 64,
+                 on_request: Callable[[str, int], None] | None = None) -> None:
+        self.routes = routes
+        self.slots = asyncio.Semaphore(max_connections)
+        self.on_request = on_request
+        self.server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        self.server = await asyncio.start_server(self._handle, host, port, limit=MAX_HEAD_BYTES)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.slots.locked():
+            await self._send(writer, _text(503, "Service Unavailable", "too many connections"))
+            return
+        async with self.slots:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+            except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                writer.close()
+                return
+            except asyncio.LimitOverrunError:
+                await self._send(writer, _text(431, "Request Header Fields Too Large", "request head too large"))
+                return
+            status, path, response = self._route(head)
+            if self.on_request:
+                self.on_request(path, status)
+            await self._send(writer, response)
+
+    def _route(self, head: bytes) -> tuple[int, str, bytes]:
+        """(status, path for metrics, response bytes)."""
+        line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = line.split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            return 400, "", _text(400, "Bad Request", "malformed request line")
+        method, target, _ = parts
+        if method != "GET":
+            return 405, "", _text(405, "Method Not Allowed", "only GET", "Allow: GET\r\n")
+        url = urllib.parse.urlsplit(target)
+        path = url.path
+        if path == "/v1/samples":
+            since: float | None = None
+            try:
+                query = urllib.parse.parse_qs(url.query, max_num_fields=4)
+                if "since" in query:
+                    since = float(query["since"][0])
+            except ValueError:
+                return 400, path, _text(400, "Bad Request", "since must be unix seconds")
+            if since is not None and since != since:  # NaN
+                return 400, path, _text(400, "Bad Request", "since must be unix seconds")
+            body = json.dumps(self.routes.samples_since(since), separators=(",", ":")).encode()
+            return 200, path, _response(200, "OK", body, "application/json")
+        if path == "/metrics":
+            return 200, path, _response(200, "OK", self.routes.metrics(), "text/plain; version=0.0.4; charset=utf-8")
+        if path == "/healthz":
+            ok, why = self.routes.healthy()
+            if ok:
+                return 200, path, _text(200, "OK", why)
+            return 503, path, _text(503, "Service Unavailable", why)
+        return 404, "", _text(404, "Not Found", "try /v1/samples, /metrics or /healthz")
+
+    async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        try:
+            writer.write(data)
+            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()

@@ -1,0 +1,99 @@
+"""The sidecar as a real process on a loopback address, over HTTP."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from memoryguard.core import commands
+
+from ..procs import VENV_BIN, free_port, get_json, http_get, sidecar_process, wait_until
+
+FIELDS = {"time", "memory_current", "memory_max", "anon", "file", "inactive_file", "shmem", "working_set",
+          "plasma_used", "plasma_capacity", "psi_some_avg10", "psi_full_avg10", "oom_kill"}
+
+
+def test_serves_samples_and_metrics_from_a_cgroup(fixtures: Path) -> None:
+    args = ["--cgroup-root", str(fixtures / "cgroup-v2-ray"), "--interval", "0.2", "--ray-metrics-url", ""]
+    with sidecar_process("127.0.0.21", args) as url:
+        doc = wait_until(lambda: (d := get_json(url + "/v1/samples")) and len(d["samples"]) >= 3 and d, 10,
+                         what="three samples")
+        assert doc["source"].startswith("cgroup-v2:")
+        s = doc["samples"][-1]
+        assert set(s) == FIELDS
+        assert s["memory_current"] == 27380736000 and s["working_set"] == 27380736000 - 1610612736
+        assert s["plasma_used"] is None and s["oom_kill"] == 1 and s["psi_full_avg10"] == 1.25
+        since = doc["samples"][-2]["time"]
+        newer = get_json(f"{url}/v1/samples?since={since}")["samples"]
+        assert newer and all(x["time"] > since for x in newer)
+        status, body = http_get(url + "/metrics")
+        text = body.decode()
+        assert status == 200
+        assert "memoryguard_sidecar_working_set_bytes 2.5770123264e+10" in text
+        assert 'memoryguard_sidecar_scrape_success{source="memory"} 1.0' in text
+        assert "memoryguard_sidecar_plasma_used_bytes" not in text  # unknown is absent, not 0
+        assert http_get(url + "/healthz")[0] == 200
+
+
+def test_only_get_and_bounded_requests(fixtures: Path) -> None:
+    args = ["--cgroup-root", str(fixtures / "cgroup-v2-ray"), "--ray-metrics-url", ""]
+    with sidecar_process("127.0.0.22", args) as url:
+        host, port = url[7:].split(":")
+        assert http_get(url + "/v1/samples?since=yesterday")[0] == 400
+        assert http_get(url + "/nope")[0] == 404
+
+        def raw(data: bytes) -> bytes:
+            with socket.create_connection((host, int(port)), timeout=10) as s:
+                s.sendall(data)
+                return s.recv(4096)
+
+        assert raw(b"POST /v1/samples HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 405")
+        assert raw(b"GET /healthz HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 20000 + b"\r\n\r\n").startswith(b"HTTP/1.1 431")
+        assert raw(b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
+        assert http_get(url + "/healthz")[0] == 200  # still serving
+
+
+def test_replay_serves_a_trace_on_its_own_clock_and_exits_on_sigterm(tmp_path: Path) -> None:
+    trace = commands.EXAMPLES_DIR / "leak_steady.csv"
+    port = free_port("127.0.0.23")
+    epoch = time.time()
+    proc = subprocess.Popen([str(VENV_BIN / "memoryguard"), "sidecar", "--listen", f"127.0.0.23:{port}",
+                             "--replay", str(trace), "--speed", "600", "--epoch", str(epoch)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.23:{port}"
+        doc = wait_until(lambda: (d := get_json(url + "/v1/samples")) and len(d["samples"]) >= 40 and d, 20,
+                         what="replayed samples")
+        assert doc["source"] == "replay:leak_steady.csv"
+        ts = [s["time"] - epoch for s in doc["samples"]]
+        assert ts[0] == 0 and all(b - a == 15 for a, b in zip(ts, ts[1:]))  # the trace's own 15 s steps
+        # 600x: the trace clock runs ahead of the wall clock
+        assert ts[-1] <= (time.time() - epoch) * 600 + 15
+        out = tmp_path / "rec.csv"
+        rec = subprocess.run([str(VENV_BIN / "memoryguard"), "record", "--url", url, str(out)],
+                             capture_output=True, text=True, timeout=30)
+        assert rec.returncode == 0, rec.stderr
+        lines = out.read_text().splitlines()
+        assert lines[0].startswith("t_s,memory_current") and lines[1].startswith("0,")
+        assert len(lines) - 1 >= 40
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    assert b"stopped" in proc.stdout.read()  # type: ignore[union-attr]
+
+
+def test_bad_replay_file_is_a_clear_error(tmp_path: Path) -> None:
+    r = subprocess.run([str(VENV_BIN / "memoryguard"), "sidecar", "--listen", "127.0.0.24:0", "--replay",
+                        str(tmp_path / "missing.csv")], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2 and "missing.csv" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_json_roundtrip_of_wire_format() -> None:
+    from memoryguard.core.samples import Sample
+
+    s = Sample(time_s=1.5, memory_current_bytes=10, inactive_file_bytes=3, psi_full_avg10_pct=2.5)
+    assert Sample.from_wire(json.loads(json.dumps(s.to_wire()))) == s

@@ -1,0 +1,60 @@
+"""Parsers: exact values on known input; any bytes in, no exception out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from memoryguard.core.samples import Sample
+from memoryguard.sidecar import parsers
+from memoryguard.sidecar.objectstore import AVAILABLE, USED, WANTED
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_limit_values() -> None:
+    assert parsers.parse_limit(b"max\n") == (True, None)
+    assert parsers.parse_limit(b"9223372036854771712\n") == (True, None)
+    assert parsers.parse_limit(b"1073741824\n") == (True, 1073741824)
+    assert parsers.parse_limit(b"-1") == (False, None)
+    assert parsers.parse_limit(b"") == (False, None)
+
+
+def test_psi() -> None:
+    got = parsers.parse_psi(b"some avg10=0.50 avg60=0.10 avg300=0.00 total=1\nfull avg10=200 avg60=x\n")
+    assert got == {"some_avg10": 0.5, "some_avg60": 0.1, "some_avg300": 0.0}  # 200% and x rejected
+
+
+def test_ray_metrics_page() -> None:
+    """The real page of a Ray 2.60 raylet (1,045 lines, 287 KiB)."""
+    lines = (FIXTURES / "ray-2.60-metrics.txt").read_bytes().split(b"\n")
+    got = parsers.prom_values(lines, WANTED)
+    assert got[USED] == 104857854.0 and got[AVAILABLE] == 195142146.0
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=2048))
+def test_any_bytes_no_exception(data: bytes) -> None:
+    parsers.parse_int(data)
+    parsers.parse_limit(data)
+    parsers.parse_keyed(data)
+    parsers.parse_psi(data)
+    parsers.prom_values(data.split(b"\n"), WANTED)
+
+
+@given(st.text(max_size=400))
+def test_prometheus_like_text(text: str) -> None:
+    page = f"# HELP x\nray_object_store_used_memory{{a=\"{text}\"}} {text}\n".encode("utf-8", "replace")
+    out = parsers.prom_values(page.split(b"\n"), WANTED)
+    assert all(v >= 0 for v in out.values())
+
+
+@given(st.dictionaries(st.sampled_from(["time", "memory_current", "memory_max", "psi_full_avg10", "oom_kill"]),
+                       st.one_of(st.none(), st.integers(), st.floats(), st.text(max_size=8), st.booleans())))
+def test_sample_json_never_crashes(doc: dict) -> None:  # type: ignore[type-arg]
+    try:
+        s = Sample.from_wire(doc)
+    except ValueError:
+        return
+    assert s.memory_current_bytes is None or s.memory_current_bytes >= 0
