@@ -42,10 +42,10 @@ def discover(*, cgroup_root: str | None, proc_root: str, pattern: str, limit_byt
              exclude_pids: frozenset[int] = frozenset()) -> Source | None:
     """The first usable source, or None (the caller retries later)."""
     if cgroup_root:
-        for reader in (CgroupV2Reader(cgroup_root), CgroupV1Reader(cgroup_root)):
-            if reader.usable():
-                return reader
-            reader.close()
+        for explicit in (CgroupV2Reader(cgroup_root), CgroupV1Reader(cgroup_root)):
+            if explicit.usable():
+                return explicit
+            explicit.close()
         return None
     exclude = exclude_pids | {os.getpid()}
     pids = find_ray_pids(proc_root, pattern, exclude)

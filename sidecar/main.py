@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import signal
@@ -75,6 +76,7 @@ class Sidecar(Routes, sidecar_metrics.StateView):
         self.args = args
         self.ring: collections.deque[Sample] = collections.deque(maxlen=MAX_RING)
         self.taken = 0
+        self.loop_errors = 0
         self.last_loop_wall: float | None = None
         self.store = StoreReading()
         self.scraper = (RayMetricsScraper(args.ray_metrics_url, min_interval_s=args.ray_metrics_interval)
@@ -113,12 +115,11 @@ class Sidecar(Routes, sidecar_metrics.StateView):
             try:
                 self.sample_once(time.time())
             except Exception:  # the loop must never die; the error is counted and logged
+                self.loop_errors += 1
                 log.exception("sampling failed")
             delay = max(0.05, loop_interval - (time.time() - now))
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
-            except TimeoutError:
-                pass
 
     # -- Routes ---------------------------------------------------------
     def samples_since(self, since: float | None) -> dict[str, Any]:
@@ -153,6 +154,7 @@ class Sidecar(Routes, sidecar_metrics.StateView):
 
     def read_errors(self) -> dict[str, int]:
         errs = self.sampler.errors()
+        errs["sampling_loop"] = self.loop_errors
         if self.scraper is not None:
             errs["ray_metrics"] = self.scraper.errors
         return errs

@@ -15,7 +15,8 @@ def make_proc(root: Path, cgroup_fixture: str | None, *, v1: bool = False) -> Pa
     """A /proc with a raylet (pid 100), a Ray worker (300) and the sidecar
     itself (200); the raylet's /proc/100/root shows its container's cgroup."""
     proc = root / "proc"
-    procs = {100: b"/usr/local/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet\0--node_ip_address=10.0.0.5\0",
+    raylet = b"/usr/local/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet\0--node_ip_address=10.0.0.5\0"
+    procs = {100: raylet,
              200: b"/usr/local/bin/python\0/usr/local/bin/memoryguard\0sidecar\0",
              300: b"ray::IDLE\0"}
     for pid, cmd in procs.items():

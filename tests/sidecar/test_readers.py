@@ -76,7 +76,8 @@ def test_find_ray_pids_skips_the_sidecar(tmp_path: Path) -> None:
     assert find_ray_pids(str(proc), DEFAULT_PATTERN) == [100, 300]  # raylet first, never pid 200
 
 
-@pytest.mark.parametrize("v1, fixture, kind", [(False, "cgroup-v2-ray", "cgroup-v2"), (True, "cgroup-v1-ray", "cgroup-v1")])
+@pytest.mark.parametrize("v1, fixture, kind",
+                         [(False, "cgroup-v2-ray", "cgroup-v2"), (True, "cgroup-v1-ray", "cgroup-v1")])
 def test_discovery_through_proc_root(tmp_path: Path, v1: bool, fixture: str, kind: str) -> None:
     proc = make_proc(tmp_path, fixture, v1=v1)
     src = discovery.discover(cgroup_root=None, proc_root=str(proc), pattern=DEFAULT_PATTERN, limit_bytes=None)
@@ -126,7 +127,7 @@ def test_this_machines_cgroup_v1() -> None:
     """The real files of the cgroup this test runs in (cgroup v1 here)."""
     path = None
     for line in Path("/proc/self/cgroup").read_text().splitlines():
-        hier, ctrls, p = line.split(":", 2)
+        _, ctrls, p = line.split(":", 2)
         if "memory" in ctrls.split(","):
             path = "/sys/fs/cgroup/memory" + p
     if path is None or not os.path.exists(os.path.join(path, "memory.usage_in_bytes")):
