@@ -70,7 +70,7 @@ SETTINGS_TABLE: tuple[SettingSpec, ...] = (
     # Plateau after growth: a remediation hint, never a rotation.
     SettingSpec("plateau_min_fraction", "policy", "plateauMinUsagePercent", float, 0.6, 0.1, 1.0,
                 "fraction of memory.max", "A plateau is only worth remediating at or above this share of the limit."),
-    SettingSpec("plateau_growth_fraction", "policy", "plateauGrowthPercent", float, 0.25, 0.05, 1.0,
+    SettingSpec("plateau_growth_fraction", "policy", "plateauGrowthPercent", float, 0.10, 0.05, 1.0,
                 "fraction of memory.max", "...and after growing at least this much since the pod started."),
     SettingSpec("stale_after_s", "policy", "staleAfterSeconds", int, 120, 5, 3600, "s",
                 "A pod whose newest sample is older than this is never acted on."),
@@ -85,7 +85,7 @@ SETTINGS_TABLE: tuple[SettingSpec, ...] = (
                 "Rate cap over the whole guard."),
     SettingSpec("drain_timeout_s", "rotation", "drainTimeoutSeconds", int, 600, 0, 86400, "s",
                 "Deadline given to Ray's DrainNode before the pod is evicted."),
-    SettingSpec("include_head", "rotation", "includeHead", bool, False, None, None, "",
+    SettingSpec("include_head", "", "includeHead", bool, False, None, None, "",
                 "Allow rotating the head pod (it restarts the whole cluster's control plane)."),
     SettingSpec("dry_run", "", "dryRun", bool, False, None, None, "",
                 "Decide and report everything, change nothing."),

@@ -18,6 +18,7 @@ class Verdict:
 
 
 NO = Verdict(False)
+PLATEAU_HORIZON_S = 86400.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +124,10 @@ def plateau(window: PodWindow, settings: PolicySettings, now_s: float) -> Verdic
     if not limit or fit is None or base is None or fit.span_s < settings.trend_min_span_s:
         return NO
     level = fit.level_at(now_s)
-    flat = abs(fit.line.slope) < settings.min_growth_fraction_per_h * limit / 3600.0
+    # Flattened: at the present pace it would take more than a day to reach
+    # the limit (fragmentation keeps creeping a little for many hours).
+    slope = fit.line.slope
+    flat = slope <= 0 or (limit - level) / slope >= PLATEAU_HORIZON_S
     grew = level - base >= settings.plateau_growth_fraction * limit
     if not (flat and grew and level >= settings.plateau_min_fraction * limit):
         return NO

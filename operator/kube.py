@@ -1,0 +1,220 @@
+"""The one module that talks to the Kubernetes API.
+
+Every request the operator makes goes through ``Kube``, and every
+(API group, resource, verb) it can use is listed in ``API_USE``: the chart's
+RBAC rules are generated from that list and a test holds them equal, so the
+operator can never need a permission the chart does not grant, nor the chart
+grant one the code does not use. Pods are never deleted here: a rotation
+evicts (``POST .../eviction``, honouring PodDisruptionBudgets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import ssl
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiohttp
+
+# (apiGroup, resource, verbs): exactly what this module's methods call, plus
+# what kopf itself needs for the MemoryGuard watch, finalizers and peering.
+API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("memoryguard.io", "memoryguards", ("get", "list", "watch", "patch")),
+    ("memoryguard.io", "memoryguards/status", ("get", "patch")),
+    ("ray.io", "rayclusters", ("get", "list", "watch", "patch")),
+    ("", "pods", ("get", "list", "watch", "patch")),
+    ("", "pods/eviction", ("create",)),
+    ("", "events", ("create",)),
+    ("events.k8s.io", "events", ("create",)),
+    ("policy", "poddisruptionbudgets", ("get", "list", "create", "patch", "delete")),
+    ("kopf.dev", "kopfpeerings", ("get", "list", "watch", "patch")),
+    ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch")),
+    ("", "namespaces", ("get", "list", "watch")),
+)
+
+RAYCLUSTERS = ("ray.io", "v1", "rayclusters")
+MEMORYGUARDS = ("memoryguard.io", "v1alpha1", "memoryguards")
+PDBS = ("policy", "v1", "poddisruptionbudgets")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+
+@dataclasses.dataclass(frozen=True)
+class Credentials:
+    server: str
+    token: str | None = None
+    ca_path: str | None = None
+    cert_path: str | None = None
+    key_path: str | None = None
+    verify: bool = True
+
+
+def load_credentials() -> Credentials:
+    """In-cluster service account, else $KUBECONFIG / ~/.kube/config, read
+    by the official client's loader (which knows every auth plugin)."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    c = client.Configuration.get_default_copy()
+    token = (c.api_key or {}).get("authorization") or (c.api_key or {}).get("BearerToken")
+    if token and token.lower().startswith("bearer "):
+        token = token[7:]
+    return Credentials(server=c.host, token=token, ca_path=c.ssl_ca_cert, cert_path=c.cert_file,
+                       key_path=c.key_file, verify=bool(c.verify_ssl))
+
+
+def _path(gvr: tuple[str, str, str], namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+    group, version, plural = gvr
+    base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    ns = f"/namespaces/{namespace}" if namespace else ""
+    tail = f"/{name}" if name else ""
+    return f"{base}{ns}/{plural}{tail}{'/' + sub if sub else ''}"
+
+
+def pod_path(namespace: str, name: str | None = None, sub: str | None = None) -> str:
+    return _path(("", "v1", "pods"), namespace, name, sub)
+
+
+class Kube:
+    def __init__(self, creds: Credentials, *, timeout_s: float = 30.0, user_agent: str = "memoryguard") -> None:
+        self.creds = creds
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+
+    async def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            ssl_ctx: ssl.SSLContext | bool = False
+            if self.creds.server.startswith("https"):
+                ssl_ctx = ssl.create_default_context(cafile=self.creds.ca_path)
+                if self.creds.cert_path:
+                    ssl_ctx.load_cert_chain(self.creds.cert_path, self.creds.key_path)
+                if not self.creds.verify:
+                    ssl_ctx.check_hostname = False
+                    ssl_ctx.verify_mode = ssl.CERT_NONE
+            headers = {"User-Agent": self.user_agent}
+            if self.creds.token:
+                headers["Authorization"] = f"Bearer {self.creds.token}"
+            self._session = aiohttp.ClientSession(
+                base_url=self.creds.server.rstrip("/") + "/", headers=headers, timeout=self.timeout,
+                connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=32))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None,
+                      content_type: str = "application/json") -> Any:
+        s = await self.session()
+        headers = {"Content-Type": content_type} if json is not None else {}
+        try:
+            async with s.request(method, path.lstrip("/"), json=json, params=params, headers=headers) as r:
+                if r.status >= 400:
+                    try:
+                        doc = await r.json(content_type=None)
+                    except (aiohttp.ContentTypeError, ValueError):
+                        doc = {}
+                    raise ApiError(r.status, str(doc.get("reason", r.reason)), str(doc.get("message", "")))
+                return await r.json(content_type=None)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__) from exc
+
+    # -- reads --------------------------------------------------------------
+    async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        doc = await self.request("GET", pod_path(namespace), params={"labelSelector": label_selector})
+        return list(doc.get("items", []))
+
+    async def list_rayclusters(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        params = {"labelSelector": label_selector} if label_selector else None
+        doc = await self.request("GET", _path(RAYCLUSTERS, namespace), params=params)
+        return list(doc.get("items", []))
+
+    async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(await self.request("GET", _path(RAYCLUSTERS, namespace, name)))
+
+    # -- writes -------------------------------------------------------------
+    async def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        await self.request("PATCH", pod_path(namespace, name), json={"metadata": {"annotations": dict(annotations)}},
+                           content_type="application/merge-patch+json")
+
+    async def json_patch_raycluster(self, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
+        """Targeted JSON patch (never server-side apply: workerGroupSpecs has
+        no list-type, so apply would take the whole list from its owners)."""
+        await self.request("PATCH", _path(RAYCLUSTERS, namespace, name), json=list(ops),
+                           content_type="application/json-patch+json")
+
+    async def merge_patch_raycluster(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        await self.request("PATCH", _path(RAYCLUSTERS, namespace, name), json=dict(patch),
+                           content_type="application/merge-patch+json")
+
+    async def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> tuple[bool, int, str]:
+        """Ask for an eviction. (allowed, status, message): 429 means a
+        PodDisruptionBudget (or rate limiting) refuses now; retry later."""
+        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": name, "namespace": namespace}}
+        if dry_run:
+            body["deleteOptions"] = {"dryRun": ["All"]}
+        try:
+            await self.request("POST", pod_path(namespace, name, "eviction"), json=body)
+        except ApiError as e:
+            if e.status in (404, 429, 500):
+                return False, e.status, e.message
+            raise
+        return True, 201, "evicted"
+
+    async def patch_guard_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        await self.request("PATCH", _path(MEMORYGUARDS, namespace, name, "status"), json={"status": dict(status)},
+                           content_type="application/merge-patch+json")
+
+    async def ensure_pdb(self, namespace: str, name: str, labels: Mapping[str, str], max_unavailable: int,
+                         owner: Mapping[str, Any]) -> None:
+        body = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": name, "namespace": namespace, "ownerReferences": [dict(owner)],
+                             "labels": {"app.kubernetes.io/managed-by": "memoryguard"}},
+                "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": dict(labels)}}}
+        try:
+            await self.request("POST", _path(PDBS, namespace), json=body)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+            await self.request("PATCH", _path(PDBS, namespace, name), json={"spec": body["spec"]},
+                               content_type="application/merge-patch+json")
+
+    async def delete_pdb(self, namespace: str, name: str) -> None:
+        try:
+            await self.request("DELETE", _path(PDBS, namespace, name))
+        except ApiError as e:
+            if e.status != 404:
+                raise
+
+    async def event(self, *, namespace: str, involved: Mapping[str, Any], reason: str, message: str,
+                    warning: bool = False) -> None:
+        """A core/v1 Event. Best effort: failing to report never stops an action."""
+        now = datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta = involved.get("metadata", {})
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta.get('name', 'memoryguard')}.{uuid.uuid4().hex[:12]}",
+                         "namespace": namespace},
+            "involvedObject": {"apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
+                               "name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid")},
+            "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+            "source": {"component": "memoryguard"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "reportingComponent": "memoryguard.io/operator", "reportingInstance": "memoryguard",
+        }
+        try:
+            await self.request("POST", f"/api/v1/namespaces/{namespace}/events", json=body)
+        except ApiError:
+            pass

@@ -1,0 +1,212 @@
+"""JSON patches of a RayCluster's pod templates: remediation env and sidecar
+injection (and its removal). Purely computational: given the RayCluster as
+read and what is wanted, return the RFC 6902 operations, with ``test`` ops
+that make the server refuse (422) a patch computed from a stale list.
+
+Targeted patches, never server-side apply: KubeRay's CRD gives
+``workerGroupSpecs`` no list type, so apply would take ownership of the
+whole list that users and the Ray autoscaler also write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from memoryguard.operator.guardspec import Jemalloc, SidecarInjection, Spilling
+
+RAY_CONTAINER = 0  # KubeRay treats the first container of a template as the Ray container
+SIDECAR_NAME = "memoryguard-sidecar"
+SHM_VOLUME = "memoryguard-shm"
+NO_TOKEN_VOLUME = "memoryguard-no-token"
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+INJECTED_ANNOTATION = "memoryguard.io/injected"
+REMEDIATION_ANNOTATION = "memoryguard.io/remediation"
+Op = dict[str, Any]
+
+
+def _esc(s: str) -> str:
+    return s.replace("~", "~0").replace("/", "~1")
+
+
+def templates(rc: Mapping[str, Any], *, include_head: bool = True) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """(group name, JSON pointer of the template, template) for each group."""
+    spec = rc.get("spec") or {}
+    if include_head and isinstance(spec.get("headGroupSpec"), Mapping):
+        yield "headgroup", "/spec/headGroupSpec/template", spec["headGroupSpec"].get("template") or {}
+    for i, g in enumerate(spec.get("workerGroupSpecs") or []):
+        yield str(g.get("groupName", "")), f"/spec/workerGroupSpecs/{i}/template", g.get("template") or {}
+
+
+def _worker_group(rc: Mapping[str, Any], group: str) -> tuple[int, Mapping[str, Any]] | None:
+    for i, g in enumerate((rc.get("spec") or {}).get("workerGroupSpecs") or []):
+        if g.get("groupName") == group:
+            return i, g
+    return None
+
+
+# -- remediation ------------------------------------------------------------
+def jemalloc_env(j: Jemalloc, existing_preload: str | None) -> dict[str, str]:
+    libs = [p for p in (existing_preload or "").split(":") if p]
+    preload = ":".join([j.library_path, *[p for p in libs if p != j.library_path]])
+    return {"LD_PRELOAD": preload, "MALLOC_CONF": j.malloc_conf}
+
+
+def spilling_env(s: Spilling) -> dict[str, str]:
+    return {
+        "RAY_object_spilling_threshold": f"{s.threshold_percent / 100:g}",
+        "RAY_min_spilling_size": str(s.min_spilling_size_bytes),
+        "RAY_object_spilling_config": json.dumps(
+            {"type": "filesystem", "params": {"directory_path": list(s.directories)}}, separators=(",", ":")),
+    }
+
+
+def env_ops(container_path: str, container: Mapping[str, Any], wanted: Mapping[str, str]) -> list[Op]:
+    """Ops that make ``container``'s env hold ``wanted`` (other vars kept)."""
+    env = list(container.get("env") or [])
+    if not container.get("env"):
+        return [{"op": "add", "path": f"{container_path}/env",
+                 "value": [{"name": k, "value": v} for k, v in wanted.items()]}]
+    ops: list[Op] = []
+    for name, value in wanted.items():
+        idx = next((i for i, e in enumerate(env) if e.get("name") == name), None)
+        if idx is None:
+            ops.append({"op": "add", "path": f"{container_path}/env/-", "value": {"name": name, "value": value}})
+        elif env[idx].get("value") != value or "valueFrom" in env[idx]:
+            ops.append({"op": "test", "path": f"{container_path}/env/{idx}/name", "value": name})
+            ops.append({"op": "replace", "path": f"{container_path}/env/{idx}", "value": {"name": name,
+                                                                                          "value": value}})
+    return ops
+
+
+def remediation_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str, str], *, record: str) -> list[Op]:
+    """Ops setting ``wanted_env`` on the Ray container of a worker group, and
+    recording what and why in the RayCluster's annotation. Empty when the
+    env already holds it (idempotent)."""
+    found = _worker_group(rc, group)
+    if found is None:
+        return []
+    i, g = found
+    containers = ((g.get("template") or {}).get("spec") or {}).get("containers") or []
+    if not containers:
+        return []
+    cpath = f"/spec/workerGroupSpecs/{i}/template/spec/containers/{RAY_CONTAINER}"
+    ops = env_ops(cpath, containers[RAY_CONTAINER], wanted_env)
+    if not ops:
+        return []
+    annotations = (rc.get("metadata") or {}).get("annotations")
+    history = {}
+    if annotations and REMEDIATION_ANNOTATION in annotations:
+        try:
+            history = json.loads(annotations[REMEDIATION_ANNOTATION])
+        except ValueError:
+            history = {}
+    history = history if isinstance(history, dict) else {}
+    history[group] = {**(history.get(group) or {}), **{k: record for k in wanted_env}}
+    value = json.dumps(history, sort_keys=True, separators=(",", ":"))
+    guard = [{"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group}]
+    if annotations is None:
+        note: Op = {"op": "add", "path": "/metadata/annotations", "value": {REMEDIATION_ANNOTATION: value}}
+    else:
+        note = {"op": "add", "path": f"/metadata/annotations/{_esc(REMEDIATION_ANNOTATION)}", "value": value}
+    return [*guard, *ops, note]
+
+
+# -- sidecar injection --------------------------------------------------------
+def _annotation_op(tpath: str, tpl: Mapping[str, Any], key: str, value: str) -> Op:
+    meta = tpl.get("metadata")
+    if not meta:
+        return {"op": "add", "path": f"{tpath}/metadata", "value": {"annotations": {key: value}}}
+    if not meta.get("annotations"):
+        return {"op": "add", "path": f"{tpath}/metadata/annotations", "value": {key: value}}
+    return {"op": "add", "path": f"{tpath}/metadata/annotations/{_esc(key)}", "value": value}
+
+
+def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: str) -> dict[str, Any]:
+    return {
+        "name": SIDECAR_NAME,
+        "image": s.image,
+        "args": ["sidecar", "--listen", f"0.0.0.0:{s.port}"],
+        "ports": [{"name": "mg-sidecar", "containerPort": s.port, "protocol": "TCP"}],
+        "env": [{"name": "MEMORYGUARD_MEMORY_LIMIT_BYTES", "valueFrom": {"resourceFieldRef": {
+            "containerName": ray_container_name, "resource": "limits.memory"}}}],
+        "resources": {"requests": {"cpu": s.cpu_request, "memory": s.memory_request},
+                      "limits": {"memory": s.memory_limit}},
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": s.port}, "periodSeconds": 10},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": s.port}, "periodSeconds": 30,
+                          "failureThreshold": 5},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumeMounts": [
+            {"name": shm_volume, "mountPath": "/dev/shm", "readOnly": True},
+            # Shadows the service-account token: the sidecar needs no API access.
+            {"name": NO_TOKEN_VOLUME, "mountPath": TOKEN_PATH, "readOnly": True},
+        ],
+    }
+
+
+def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence[str] = ()) -> list[Op]:
+    """Ops adding the sidecar to every template (or the named worker groups)
+    that lacks it. Idempotent: a template that has it is left alone."""
+    ops: list[Op] = []
+    for group, tpath, tpl in templates(rc):
+        if groups and group not in groups and group != "headgroup":
+            continue
+        spec = tpl.get("spec") or {}
+        containers = list(spec.get("containers") or [])
+        if not containers or any(c.get("name") == SIDECAR_NAME for c in containers):
+            continue
+        ray = containers[RAY_CONTAINER]
+        shm = next((m["name"] for m in ray.get("volumeMounts") or [] if m.get("mountPath") == "/dev/shm"), None)
+        volumes: list[dict[str, Any]] = [{"name": NO_TOKEN_VOLUME, "emptyDir": {"medium": "Memory",
+                                                                                  "sizeLimit": "1Mi"}}]
+        if shm is None:
+            # KubeRay adds its own /dev/shm volume only when the Ray container has
+            # none, so mounting ours there gives both containers the same one.
+            shm = SHM_VOLUME
+            volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
+            mount = {"name": SHM_VOLUME, "mountPath": "/dev/shm"}
+            rpath = f"{tpath}/spec/containers/{RAY_CONTAINER}/volumeMounts"
+            ops.append({"op": "add", "path": rpath + ("/-" if ray.get("volumeMounts") else ""),
+                        "value": mount if ray.get("volumeMounts") else [mount]})
+        ops.append({"op": "test", "path": f"{tpath}/spec/containers/{RAY_CONTAINER}/name", "value": ray.get("name")})
+        ops.append({"op": "add", "path": f"{tpath}/spec/containers/-",
+                    "value": sidecar_container(s, str(ray.get("name", "ray")), shm)})
+        if spec.get("volumes"):
+            ops.extend({"op": "add", "path": f"{tpath}/spec/volumes/-", "value": v} for v in volumes)
+        else:
+            ops.append({"op": "add", "path": f"{tpath}/spec/volumes", "value": volumes})
+        if not spec.get("shareProcessNamespace"):
+            # Remember that we set it, so removal gives back what the user had.
+            ops.append({"op": "add", "path": f"{tpath}/spec/shareProcessNamespace", "value": True})
+            ops.append(_annotation_op(tpath, tpl, INJECTED_ANNOTATION, "shareProcessNamespace"))
+    return ops
+
+
+def uninject_patch(rc: Mapping[str, Any]) -> list[Op]:
+    """Ops removing everything ``inject_patch`` added (indices from the end
+    so earlier removals do not shift later ones)."""
+    ops: list[Op] = []
+    for _, tpath, tpl in templates(rc):
+        spec = tpl.get("spec") or {}
+        containers = list(spec.get("containers") or [])
+        for i in reversed(range(len(containers))):
+            if containers[i].get("name") == SIDECAR_NAME:
+                ops.append({"op": "test", "path": f"{tpath}/spec/containers/{i}/name", "value": SIDECAR_NAME})
+                ops.append({"op": "remove", "path": f"{tpath}/spec/containers/{i}"})
+        if containers:
+            mounts = containers[RAY_CONTAINER].get("volumeMounts") or []
+            for i in reversed(range(len(mounts))):
+                if mounts[i].get("name") == SHM_VOLUME:
+                    ops.append({"op": "remove", "path": f"{tpath}/spec/containers/{RAY_CONTAINER}/volumeMounts/{i}"})
+        vols = spec.get("volumes") or []
+        for i in reversed(range(len(vols))):
+            if vols[i].get("name") in (SHM_VOLUME, NO_TOKEN_VOLUME):
+                ops.append({"op": "remove", "path": f"{tpath}/spec/volumes/{i}"})
+        ann = (tpl.get("metadata") or {}).get("annotations") or {}
+        if ann.get(INJECTED_ANNOTATION) == "shareProcessNamespace":
+            ops.append({"op": "remove", "path": f"{tpath}/spec/shareProcessNamespace"})
+            ops.append({"op": "remove", "path": f"{tpath}/metadata/annotations/{_esc(INJECTED_ANNOTATION)}"})
+    return ops
