@@ -12,7 +12,6 @@ import sys
 from typing import Any
 
 import yaml
-
 from memoryguard.core.settings import crd_properties
 from memoryguard.operator import guardspec
 

@@ -21,6 +21,7 @@ class DrainResult:
     ok: bool
     message: str
     node_id: str | None = None
+    skipped: bool = False  # draining is switched off: nothing to report
 
 
 class Drainer(Protocol):
@@ -47,7 +48,7 @@ class RayGcsDrainer:
         import ray._raylet
         from ray.core.generated import autoscaler_pb2
 
-        client = ray._raylet.GcsClient(address=gcs_address)
+        client = ray._raylet.GcsClient(address=gcs_address)  # type: ignore[attr-defined]
         nodes = client.get_all_node_info(timeout=timeout_s)
         alive = [(nid, info) for nid, info in nodes.items()
                  if info.node_manager_address == node_ip and info.state == 0]
@@ -58,7 +59,7 @@ class RayGcsDrainer:
             return DrainResult(False, f"the Ray node at {node_ip} is the head; not draining it")
         nid, _ = workers[0]
         deadline_ms = int((time.time() + deadline_s) * 1000)
-        accepted, why = client.drain_node(nid.hex(), autoscaler_pb2.DrainNodeReason.Value(
+        accepted, why = client.drain_node(nid.hex(), autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
             "DRAIN_NODE_REASON_PREEMPTION"), reason[:256], deadline_ms)
         if not accepted:
             return DrainResult(False, f"drain refused: {why}", nid.hex())
@@ -70,4 +71,4 @@ class NoDrainer:
 
     async def drain(self, *, gcs_address: str, node_ip: str, deadline_s: float, reason: str,
                     timeout_s: float = 15.0) -> DrainResult:
-        return DrainResult(False, "draining disabled")
+        return DrainResult(False, "draining disabled", skipped=True)

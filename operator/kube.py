@@ -10,7 +10,6 @@ evicts (``POST .../eviction``, honouring PodDisruptionBudgets).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
 import ssl
@@ -63,9 +62,9 @@ def load_credentials() -> Credentials:
     from kubernetes import client, config
 
     try:
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_kube_config()
+        config.load_kube_config()  # type: ignore[no-untyped-call]
     c = client.Configuration.get_default_copy()
     token = (c.api_key or {}).get("authorization") or (c.api_key or {}).get("BearerToken")
     if token and token.lower().startswith("bearer "):
@@ -128,7 +127,7 @@ class Kube:
                         doc = {}
                     raise ApiError(r.status, str(doc.get("reason", r.reason)), str(doc.get("message", "")))
                 return await r.json(content_type=None)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__) from exc
 
     # -- reads --------------------------------------------------------------

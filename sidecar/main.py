@@ -57,7 +57,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="serve a recorded trace as if live instead of reading memory")
     p.add_argument("--speed", type=float, default=float(_env("speed", 1)), help="replay time scale")
     p.add_argument("--epoch", type=float, default=_env("epoch", None),
-                   help="replay: wall time (unix s) at which the trace starts (default: now)")
+                   help="replay: unix time at which the accelerated clock equals the wall clock (default: now)")
+    p.add_argument("--start", type=float, default=_env("start", None),
+                   help="replay: time on that clock at which the trace begins (default: the clock's now)")
     p.add_argument("--log-level", default=_env("log_level", "INFO"))
     a = p.parse_args(list(argv))
     host, sep, port = a.listen.rpartition(":")
@@ -86,8 +88,10 @@ class Sidecar(Routes, sidecar_metrics.StateView):
         self.feed: ReplayFeed | None = None
         if args.replay:
             trace = read_trace(args.replay)
-            self.feed = ReplayFeed(trace.samples, speed=args.speed,
-                                   epoch_s=float(args.epoch) if args.epoch is not None else time.time())
+            epoch = float(args.epoch) if args.epoch is not None else time.time()
+            self.feed = ReplayFeed(trace.samples, speed=args.speed, epoch_s=epoch)
+            # Default: the trace begins now, on the shared clock.
+            self.feed.start_s = float(args.start) if args.start is not None else self.feed.clock(time.time())
         self.http_requests: collections.Counter[tuple[str, int]] = collections.Counter()
 
     # -- sampling -------------------------------------------------------

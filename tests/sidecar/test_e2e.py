@@ -63,7 +63,8 @@ def test_replay_serves_a_trace_on_its_own_clock_and_exits_on_sigterm(tmp_path: P
     port = free_port("127.0.0.23")
     epoch = time.time()
     proc = subprocess.Popen([str(VENV_BIN / "memoryguard"), "sidecar", "--listen", f"127.0.0.23:{port}",
-                             "--replay", str(trace), "--speed", "600", "--epoch", str(epoch)],
+                             "--replay", str(trace), "--speed", "600", "--epoch", str(epoch),
+                             "--start", str(epoch)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.23:{port}"

@@ -1,0 +1,37 @@
+"""Operator settings from ``MEMORYGUARD_*`` environment variables (the chart
+sets them), each with its unit. Per-guard settings live in the MemoryGuard
+spec, not here."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorConfig:
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 8080  # 0: no metrics server
+    api_timeout_s: float = 30.0
+    watch_timeout_s: int = 300  # server-side watch timeout; kopf re-watches
+    drain: bool = True  # drain Ray nodes through the GCS before evicting
+    time_scale: float = 1.0  # demo and tests only: the operator clock runs this much faster
+    epoch: float | None = None  # ... from this unix time
+
+
+def from_env(env: dict[str, str] | None = None) -> OperatorConfig:
+    e = os.environ if env is None else env
+
+    def get(name: str, default: str) -> str:
+        return e.get("MEMORYGUARD_" + name, default)
+
+    epoch = get("EPOCH", "")
+    return OperatorConfig(
+        metrics_host=get("METRICS_HOST", "0.0.0.0"),
+        metrics_port=int(get("METRICS_PORT", "8080")),
+        api_timeout_s=float(get("API_TIMEOUT_SECONDS", "30")),
+        watch_timeout_s=int(get("WATCH_TIMEOUT_SECONDS", "300")),
+        drain=get("DRAIN", "true").lower() in ("1", "true", "yes"),
+        time_scale=float(get("TIME_SCALE", "1")),
+        epoch=float(epoch) if epoch else None,
+    )

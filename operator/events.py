@@ -1,0 +1,34 @@
+"""The closed set of Event reasons the operator posts, in pairs where an
+action can succeed or fail (as KubeRay does)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class EventReason(str, enum.Enum):
+    ROTATION_STARTED = "WorkerRotationStarted"
+    ROTATION_PLANNED = "WorkerRotationPlanned"  # dry run: what would have happened
+    DRAINED = "WorkerDrained"
+    DRAIN_FAILED = "WorkerDrainFailed"
+    EVICTED = "WorkerEvicted"
+    EVICTION_REFUSED = "WorkerEvictionRefused"
+    ROTATED = "WorkerRotated"
+    ROTATION_FAILED = "WorkerRotationFailed"
+    REMEDIATION_APPLIED = "RemediationApplied"
+    REMEDIATION_FAILED = "RemediationFailed"
+    REMEDIATION_RECOMMENDED = "RemediationRecommended"
+    SIDECAR_INJECTED = "SidecarInjected"
+    SIDECAR_INJECTION_FAILED = "SidecarInjectionFailed"
+    SIDECAR_REMOVED = "SidecarRemoved"
+    SIDECAR_REMOVAL_FAILED = "SidecarRemovalFailed"
+    INVALID_SPEC = "InvalidSpec"
+
+    @property
+    def warning(self) -> bool:
+        return self in WARNINGS
+
+
+WARNINGS = frozenset({EventReason.DRAIN_FAILED, EventReason.EVICTION_REFUSED, EventReason.ROTATION_FAILED,
+                      EventReason.REMEDIATION_FAILED, EventReason.SIDECAR_INJECTION_FAILED,
+                      EventReason.SIDECAR_REMOVAL_FAILED, EventReason.INVALID_SPEC})

@@ -1,0 +1,423 @@
+"""One MemoryGuard's cycle: find its pods, poll their sidecars, ask the
+policy, act within budgets, report. Called by the kopf daemon every
+``sampling.intervalSeconds`` (operator clock).
+
+Order of a cycle, each step idempotent (as KubeRay reconciles):
+validate the spec -> find the RayClusters -> inject the sidecar and ensure
+PodDisruptionBudgets (unless dry run) -> list the pods -> resume rotations in
+flight -> poll sidecars and feed the policy -> decide, rotate, remediate ->
+write the status if it changed. What must survive a restart is on the
+objects (pod annotations, the guard's status); ``GuardLoop`` itself only
+holds the policy windows, which the sidecars' ring buffers refill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiohttp
+from memoryguard.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide
+from memoryguard.core.settings import PolicySettings
+from memoryguard.operator import patches, rotation, sidecar_client
+from memoryguard.operator import podinfo as pi
+from memoryguard.operator import status as st
+from memoryguard.operator.clock import Clock
+from memoryguard.operator.drain import Drainer
+from memoryguard.operator.events import EventReason
+from memoryguard.operator.guardspec import GuardSpec, Mode, SpecError, read_guard_spec
+from memoryguard.operator.kube import ApiError, Kube
+from memoryguard.operator.metrics import OperatorMetrics
+
+log = logging.getLogger("memoryguard.operator")
+STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})
+POLL_CONCURRENCY = 64
+
+
+@dataclasses.dataclass
+class Shared:
+    """What every guard's loop uses, made once at startup."""
+
+    kube: Kube
+    drainer: Drainer
+    http: aiohttp.ClientSession
+    clock: Clock
+    metrics: OperatorMetrics
+
+
+@dataclasses.dataclass
+class PodTrack:
+    window: PodWindow
+    group: str
+    error: str | None = None
+    last_decision: Decision | None = None
+
+
+def iso(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class GuardLoop:
+    def __init__(self, shared: Shared, namespace: str, name: str) -> None:
+        self.s = shared
+        self.namespace, self.name = namespace, name
+        self.tracks: dict[str, PodTrack] = {}
+        self.settings: PolicySettings | None = None
+        self.inflight: dict[str, rotation.InFlight] | None = None  # loaded from status on the first cycle
+        self.recent: list[dict[str, Any]] = []
+        self.total = 0
+        self.planned: set[str] = set()  # dry run: pods already reported
+        self.remediated: set[tuple[str, str, str]] = set()  # (cluster, group, kind)
+        self.invalid_generation: int | None = None
+        self.last_status: dict[str, Any] | None = None
+        self.last_action: str | None = None
+        self.body: Mapping[str, Any] = {}
+
+    # -- reporting --------------------------------------------------------------
+    async def event(self, reason: EventReason, message: str) -> None:
+        self.last_action = f"{reason.value}: {message}"[:256]
+        log.info("%s/%s %s: %s", self.namespace, self.name, reason.value, message)
+        await self.s.kube.event(namespace=self.namespace, involved=self.body, reason=reason.value, message=message,
+                                warning=reason.warning)
+
+    # -- the cycle ----------------------------------------------------------------
+    async def cycle(self, body: Mapping[str, Any]) -> float:
+        """One pass; returns the delay until the next (operator clock)."""
+        t0 = time.monotonic()
+        self.body = body
+        now = self.s.clock.now()
+        meta = body.get("metadata") or {}
+        generation = meta.get("generation")
+        previous = body.get("status") or {}
+        if self.last_status is None:
+            self.last_status = json.loads(json.dumps(previous))
+        try:
+            spec = read_guard_spec(body.get("spec"))
+        except SpecError as e:
+            if self.invalid_generation != generation:
+                self.invalid_generation = generation
+                await self.event(EventReason.INVALID_SPEC, "; ".join(e.problems))
+            await self.write_status(st.build(generation=generation, clusters=[], pods=[], spec_error=str(e),
+                                             missing_clusters=[], rotations=self.rotations_status(),
+                                             last_action=self.last_action, now_iso=iso(now), previous=previous))
+            return 30.0
+        self.invalid_generation = None
+        if self.settings != spec.policy:
+            # New thresholds, new windows: the sidecars' buffers refill them.
+            self.tracks.clear()
+            self.settings = spec.policy
+        if self.inflight is None:
+            self.load_rotations(previous)
+        try:
+            clusters, missing = await self.find_clusters(spec)
+            if not spec.policy.dry_run:
+                await self.reconcile_clusters(spec, clusters)
+            all_pods = await self.list_pods(clusters)
+        except ApiError as e:
+            log.warning("%s/%s: API error, retrying next cycle: %s", self.namespace, self.name, e)
+            return spec.sampling.interval_s
+        guarded = [p for p in all_pods if self.is_guarded(spec, p)]
+        self.adopt_annotated(all_pods)
+        gcs = {c["metadata"]["name"]: self.gcs_address(c, all_pods) for c in clusters}
+        await self.advance_rotations(spec, all_pods, gcs)
+        await self.poll(spec, guarded)
+        views = await self.decide_and_act(spec, guarded, clusters)
+        self.publish_metrics(views, guarded)
+        status = st.build(generation=generation, clusters=[c["metadata"]["name"] for c in clusters], pods=views,
+                          spec_error=None, missing_clusters=missing, rotations=self.rotations_status(),
+                          last_action=self.last_action, now_iso=iso(now), previous=previous)
+        await self.write_status(status)
+        self.s.metrics.cycle_seconds.labels(self.namespace, self.name).observe(time.monotonic() - t0)
+        return spec.sampling.interval_s
+
+    # -- clusters and pods --------------------------------------------------------
+    async def find_clusters(self, spec: GuardSpec) -> tuple[list[dict[str, Any]], list[str]]:
+        found: dict[str, dict[str, Any]] = {}
+        missing = []
+        for name in spec.selection.cluster_names:
+            try:
+                found[name] = await self.s.kube.get_raycluster(self.namespace, name)
+            except ApiError as e:
+                if e.status != 404:
+                    raise
+                missing.append(name)
+        if spec.selection.cluster_labels:
+            sel = ",".join(f"{k}={v}" for k, v in sorted(spec.selection.cluster_labels.items()))
+            for rc in await self.s.kube.list_rayclusters(self.namespace, sel):
+                found[rc["metadata"]["name"]] = rc
+        return [found[k] for k in sorted(found)], missing
+
+    async def reconcile_clusters(self, spec: GuardSpec, clusters: Sequence[dict[str, Any]]) -> None:
+        for rc in clusters:
+            name = rc["metadata"]["name"]
+            if spec.sidecar.inject:
+                ops = patches.inject_patch(rc, spec.sidecar, groups=spec.selection.worker_groups)
+                if ops:
+                    try:
+                        await self.s.kube.json_patch_raycluster(self.namespace, name, ops)
+                        await self.event(EventReason.SIDECAR_INJECTED,
+                                         f"sidecar added to the pod templates of RayCluster {name}; pods get it as "
+                                         "KubeRay creates them")
+                    except ApiError as e:
+                        await self.event(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}")
+            if spec.pdb.enabled:
+                for group, _, _ in patches.templates(rc, include_head=False):
+                    if spec.selection.worker_groups and group not in spec.selection.worker_groups:
+                        continue
+                    await self.s.kube.ensure_pdb(
+                        self.namespace, f"memoryguard-{name}-{group}"[:253],
+                        {pi.LABEL_CLUSTER: name, pi.LABEL_GROUP: group}, spec.pdb.max_unavailable, self.owner_ref())
+
+    def owner_ref(self) -> dict[str, Any]:
+        meta = self.body.get("metadata") or {}
+        return {"apiVersion": self.body.get("apiVersion"), "kind": self.body.get("kind"), "name": meta.get("name"),
+                "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": False}
+
+    async def list_pods(self, clusters: Sequence[dict[str, Any]]) -> list[pi.PodInfo]:
+        if not clusters:
+            return []
+        names = ",".join(c["metadata"]["name"] for c in clusters)
+        selector = f"{pi.LABEL_IS_RAY_NODE}=yes,{pi.LABEL_CLUSTER} in ({names})"
+        pods = await self.s.kube.list_pods(self.namespace, selector)
+        return [pi.pod_info(p) for p in pods]
+
+    @staticmethod
+    def is_guarded(spec: GuardSpec, p: pi.PodInfo) -> bool:
+        if p.is_head:
+            return spec.policy.include_head
+        return not spec.selection.worker_groups or p.group in spec.selection.worker_groups
+
+    @staticmethod
+    def gcs_address(rc: Mapping[str, Any], pods: Sequence[pi.PodInfo]) -> str | None:
+        head = next((p for p in pods if p.is_head and p.cluster == rc["metadata"]["name"] and p.ip), None)
+        if head is None:
+            return None
+        params = ((rc.get("spec") or {}).get("headGroupSpec") or {}).get("rayStartParams") or {}
+        port = str(params.get("port", "6379"))
+        return f"{head.ip}:{port}" if port.isdigit() else None
+
+    # -- rotations -------------------------------------------------------------------
+    def load_rotations(self, previous: Mapping[str, Any]) -> None:
+        rot = previous.get("rotations") or {}
+        self.inflight = {}
+        for d in rot.get("inFlight") or []:
+            r = rotation.InFlight.from_status(d) if isinstance(d, Mapping) else None
+            if r is not None:
+                self.inflight[r.uid] = r
+        self.recent = [r for r in rot.get("recent") or [] if isinstance(r, dict)][-st.MAX_RECENT:]
+        self.total = int(rot.get("total") or 0)
+
+    def adopt_annotated(self, pods: Sequence[pi.PodInfo]) -> None:
+        """A pod marked by this guard but missing from status: the operator
+        stopped between marking it and writing the status. Resume it."""
+        assert self.inflight is not None
+        for p in pods:
+            if p.annotations.get(pi.ANN_GUARD) == self.name and p.rotation_phase and p.uid not in self.inflight:
+                try:
+                    at = float(p.annotations.get(pi.ANN_REQUESTED_AT, ""))
+                except ValueError:
+                    at = self.s.clock.now()
+                self.inflight[p.uid] = rotation.InFlight(
+                    pod=p.name, uid=p.uid, cluster=p.cluster, group=p.group,
+                    reason=p.annotations.get(pi.ANN_REASON, ""), requested_at=at, phase=p.rotation_phase)
+
+    def rotations_status(self) -> dict[str, Any]:
+        last = self.recent[-1] if self.recent else {}
+        return {"total": self.total, "inFlight": [r.to_status() for r in (self.inflight or {}).values()],
+                "recent": self.recent[-st.MAX_RECENT:], "lastPod": last.get("pod"), "lastTime": last.get("finishedAt"),
+                "lastReason": last.get("reason")}
+
+    async def advance_rotations(self, spec: GuardSpec, pods: Sequence[pi.PodInfo],
+                                gcs: Mapping[str, str | None]) -> None:
+        assert self.inflight is not None
+        changed = False
+        for uid, rot in list(self.inflight.items()):
+            before = (rot.phase, rot.refused)
+            out = await rotation.advance(
+                rot, kube=self.s.kube, drainer=self.s.drainer, pods=pods, gcs_address=gcs.get(rot.cluster),
+                drain_timeout_s=spec.policy.drain_timeout_s, replacement_timeout_s=spec.replacement_timeout_s,
+                now=self.s.clock.now(), report=self.event)
+            if out.message and not (out.done or out.failed):
+                log.warning("%s/%s: %s", self.namespace, self.name, out.message)
+                self.s.metrics.evictions_refused.labels(self.namespace, self.name).inc()
+            if rot.refused > before[1] and not out.message:
+                self.s.metrics.evictions_refused.labels(self.namespace, self.name).inc()
+            if out.done or out.failed:
+                del self.inflight[uid]
+                self.total += 1 if out.done else 0
+                outcome = "rotated" if out.done else "failed"
+                self.recent.append({"pod": rot.pod, "group": rot.group, "cluster": rot.cluster,
+                                    "reason": rot.reason.split(":", 1)[0], "requestedAt": rot.requested_at,
+                                    "finishedAt": self.s.clock.now(), "outcome": outcome})
+                self.recent = self.recent[-st.MAX_RECENT:]
+                self.s.metrics.rotations.labels(self.namespace, self.name, rot.reason.split(":", 1)[0], outcome).inc()
+                await self.event(EventReason.ROTATED if out.done else EventReason.ROTATION_FAILED, out.message)
+                changed = True
+            elif (rot.phase, rot.refused) != before:
+                changed = True
+        if changed:
+            # Persist at once: after an eviction the pod (and its annotations) are gone.
+            await self.write_status({"rotations": self.rotations_status()})
+
+    def history_for(self, p: pi.PodInfo, now: float, extra: Mapping[tuple[str, str], int]) -> RotationHistory:
+        assert self.inflight is not None
+        group_key = (p.cluster, p.group)
+        rots = list(self.inflight.values())
+        in_group = sum(1 for r in rots if (r.cluster, r.group) == group_key) + extra.get(group_key, 0)
+        starts = [r.requested_at for r in rots] + [float(r.get("requestedAt") or 0) for r in self.recent
+                                                   if r.get("outcome") == "rotated"]
+        group_starts = [r.requested_at for r in rots if (r.cluster, r.group) == group_key] + [
+            float(r.get("requestedAt") or 0) for r in self.recent if (r.get("cluster"), r.get("group")) == group_key]
+        return RotationHistory(
+            is_head=p.is_head, pod_rotation_in_flight=p.uid in self.inflight or bool(p.rotation_phase) or p.terminating,
+            group_in_flight=in_group, group_last_rotation_s=max(group_starts) if group_starts else None,
+            guard_rotations_last_hour=sum(1 for t in starts if now - t < 3600) + sum(extra.values()),
+            remediation_advised=False, user_requested=p.user_requested)
+
+    # -- sampling -----------------------------------------------------------------
+    async def poll(self, spec: GuardSpec, pods: Sequence[pi.PodInfo]) -> None:
+        assert self.settings is not None
+        live = {p.uid for p in pods}
+        for uid in list(self.tracks):
+            if uid not in live:
+                del self.tracks[uid]
+        sem = asyncio.Semaphore(POLL_CONCURRENCY)
+        now = self.s.clock.now()
+
+        async def one(p: pi.PodInfo) -> None:
+            track = self.tracks.get(p.uid)
+            if track is None:
+                track = self.tracks[p.uid] = PodTrack(PodWindow(self.settings), p.group)  # type: ignore[arg-type]
+            if not p.ip or p.phase != "Running":
+                track.error = f"pod is {p.phase or 'pending'} without an IP" if not p.ip else None
+                return
+            since = track.window.last.time_s if track.window.last else None
+            async with sem:
+                res = await sidecar_client.poll(self.s.http, p.ip, spec.sampling.sidecar_port, since,
+                                                timeout_s=spec.sampling.timeout_s, now_s=now)
+            self.s.metrics.poll_seconds.labels(self.namespace, self.name).observe(res.latency_s)
+            if res.error and not res.samples:
+                self.s.metrics.poll_errors.labels(self.namespace, self.name).inc()
+            track.error = res.error if not res.samples else None
+            for sample in res.samples:
+                track.window.add(sample)
+
+        await asyncio.gather(*(one(p) for p in pods))
+
+    # -- decisions --------------------------------------------------------------------
+    async def decide_and_act(self, spec: GuardSpec, pods: Sequence[pi.PodInfo],
+                             clusters: Sequence[dict[str, Any]]) -> list[st.PodView]:
+        assert self.settings is not None and self.inflight is not None
+        now = self.s.clock.now()
+        started: dict[tuple[str, str], int] = {}
+        views = []
+        by_cluster = {c["metadata"]["name"]: c for c in clusters}
+        for p in sorted(pods, key=lambda p: p.name):
+            track = self.tracks.get(p.uid)
+            if track is None:
+                continue
+            t0 = time.perf_counter()
+            decisions = decide(settings=self.settings, window=track.window, history=self.history_for(p, now, started),
+                               now_s=now)
+            self.s.metrics.decision_seconds.labels(self.namespace, self.name).observe(time.perf_counter() - t0)
+            if track.window.last is not None:
+                self.s.metrics.sample_to_decision.labels(self.namespace, self.name).observe(
+                    max(0.0, self.s.clock.real_seconds(now - track.window.last.time_s)))
+            track.last_decision = decisions[0]
+            views.append(st.PodView(p.name, p.group, decisions[0], track.error))
+            for d in decisions:
+                if d.action is Action.ROTATE:
+                    await self.rotate(spec, p, d, started)
+                elif d.action is Action.REMEDIATE:
+                    await self.remediate(spec, by_cluster.get(p.cluster), p, d, "jemalloc")
+                if d.reason in STORE_REASONS and spec.spilling.mode != Mode.OFF:
+                    await self.remediate(spec, by_cluster.get(p.cluster), p, d, "spilling")
+        return views
+
+    async def rotate(self, spec: GuardSpec, p: pi.PodInfo, d: Decision, started: dict[tuple[str, str], int]) -> None:
+        assert self.inflight is not None
+        reason = f"{d.reason.value}: {d.message}"
+        if d.dry_run:
+            if p.uid not in self.planned:
+                self.planned.add(p.uid)
+                await self.event(EventReason.ROTATION_PLANNED, f"dry run: would rotate {p.name}: {reason}")
+            return
+        try:
+            rot = await rotation.start(self.s.kube, p, guard=self.name, reason=reason, now=self.s.clock.now())
+        except ApiError as e:
+            log.warning("%s/%s: could not mark %s for rotation: %s", self.namespace, self.name, p.name, e)
+            return
+        self.inflight[p.uid] = rot
+        started[(p.cluster, p.group)] = started.get((p.cluster, p.group), 0) + 1
+        await self.write_status({"rotations": self.rotations_status()})
+        await self.event(EventReason.ROTATION_STARTED, f"rotating {p.name} (group {p.group}): {reason}")
+
+    async def remediate(self, spec: GuardSpec, rc: Mapping[str, Any] | None, p: pi.PodInfo, d: Decision,
+                        kind: str) -> None:
+        mode = spec.jemalloc.mode if kind == "jemalloc" else spec.spilling.mode
+        key = (p.cluster, p.group, kind)
+        if mode == Mode.OFF or rc is None or key in self.remediated or p.is_head:
+            return
+        self.remediated.add(key)
+        found = patches._worker_group(rc, p.group)
+        if found is None:
+            return
+        container = (((found[1].get("template") or {}).get("spec") or {}).get("containers") or [{}])[0]
+        preload = next((e.get("value") for e in container.get("env") or [] if e.get("name") == "LD_PRELOAD"), None)
+        env = patches.jemalloc_env(spec.jemalloc, preload) if kind == "jemalloc" else patches.spilling_env(
+            spec.spilling)
+        what = ", ".join(f"{k}={v}" for k, v in env.items())
+        why = f"{p.name}: {d.reason.value}: {d.message}"
+        self.s.metrics.remediations.labels(self.namespace, self.name, kind, mode).inc()
+        if mode == Mode.RECOMMEND or spec.policy.dry_run:
+            await self.event(EventReason.REMEDIATION_RECOMMENDED,
+                             f"group {p.group} of {p.cluster}: set {what} ({why})")
+            return
+        ops = patches.remediation_patch(rc, p.group, env, record=f"{d.reason.value} on {p.name}")
+        if not ops:
+            return
+        try:
+            await self.s.kube.json_patch_raycluster(self.namespace, p.cluster, ops)
+        except ApiError as e:
+            self.remediated.discard(key)
+            await self.event(EventReason.REMEDIATION_FAILED, f"group {p.group} of {p.cluster}: {e}")
+            return
+        await self.event(EventReason.REMEDIATION_APPLIED,
+                         f"group {p.group} of {p.cluster}: set {what} in the pod template ({why}); pods get it as "
+                         "they are replaced")
+
+    # -- reporting ---------------------------------------------------------------------
+    def publish_metrics(self, views: Sequence[st.PodView], pods: Sequence[pi.PodInfo]) -> None:
+        m = self.s.metrics
+        m.pods_guarded.labels(self.namespace, self.name).set(len(pods))
+        m.pods_at_risk.labels(self.namespace, self.name).set(
+            sum(1 for v in views if v.decision.reason in st.AT_RISK))
+        for v in views:
+            ev = v.decision.evidence
+            verdict = st.pod_status(v)["verdict"]
+            m.pod(self.namespace, self.name, v.name, v.group, ws=ev.working_set_bytes, limit=ev.limit_bytes,
+                  eta=ev.projected_oom_s, store=ev.store_fraction, verdict=verdict)
+        m.forget_pods(self.namespace, self.name, {(v.name, v.group) for v in views})
+
+    async def write_status(self, status: Mapping[str, Any]) -> None:
+        """Merge-patch the status, only when it changed; pods that left are
+        nulled out (a merge patch keeps keys it is not told to remove)."""
+        merged = {**(self.last_status or {}), **status}
+        if merged == self.last_status:
+            return
+        patch = dict(status)
+        if "pods" in status and self.last_status and isinstance(self.last_status.get("pods"), dict):
+            gone = {k: None for k in self.last_status["pods"] if k not in status["pods"]}
+            patch["pods"] = {**gone, **status["pods"]}
+        try:
+            await self.s.kube.patch_guard_status(self.namespace, self.name, patch)
+        except ApiError as e:
+            log.warning("%s/%s: status not written: %s", self.namespace, self.name, e)
+            return
+        self.last_status = json.loads(json.dumps(merged))

@@ -1,0 +1,103 @@
+"""kopf handlers: thin. They unpack what kopf gives, call the domain modules
+and return. Settings live in the one ``@kopf.on.startup`` below."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+import kopf
+from memoryguard.operator import config, crd, guarding, patches
+from memoryguard.operator.clock import Clock
+from memoryguard.operator.drain import NoDrainer, RayGcsDrainer
+from memoryguard.operator.events import EventReason
+from memoryguard.operator.guardspec import SpecError, read_guard_spec
+from memoryguard.operator.kube import ApiError, Kube, load_credentials
+from memoryguard.operator.metrics import OperatorMetrics
+
+log = logging.getLogger("memoryguard.operator")
+_shared: dict[str, guarding.Shared] = {}  # set once at startup; kopf's memo is per object
+
+
+def shared() -> guarding.Shared:
+    return _shared["shared"]
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """All kopf settings, and what every guard shares."""
+    cfg = config.from_env()
+    # Progress and diff-base in annotations under our own prefix: the status
+    # is ours, for users to read.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="memoryguard.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="memoryguard.io",
+                                                                           key="last-handled-configuration")
+    settings.posting.level = logging.WARNING  # kopf's own Events: only problems
+    settings.watching.server_timeout = cfg.watch_timeout_s
+    settings.watching.client_timeout = cfg.watch_timeout_s + 30
+    settings.networking.request_timeout = cfg.api_timeout_s
+    settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
+    metrics = OperatorMetrics()
+    if cfg.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(cfg.metrics_port, addr=cfg.metrics_host, registry=metrics.registry)
+    kube = Kube(load_credentials(), timeout_s=cfg.api_timeout_s)
+    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, force_close=True))
+    _shared["shared"] = guarding.Shared(kube=kube, drainer=RayGcsDrainer() if cfg.drain else NoDrainer(),
+                                        http=http, clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics)
+
+
+@kopf.on.cleanup()
+async def cleanup(**_: Any) -> None:
+    s = _shared.pop("shared", None)
+    if s is not None:
+        await s.http.close()
+        await s.kube.close()
+
+
+@kopf.daemon(crd.GROUP, crd.VERSION, crd.PLURAL, cancellation_timeout=10.0)
+async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | None, name: str | None,
+                **_: Any) -> None:
+    """Each MemoryGuard's loop: one cycle per sampling interval until stopped."""
+    s = shared()
+    loop = guarding.GuardLoop(s, namespace or "", name or "")
+    while not stopped:
+        try:
+            delay = await loop.cycle(body)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # one bad cycle must not end the guard; the next one retries
+            log.exception("%s/%s: cycle failed", namespace, name)
+            delay = 15.0
+        await stopped.wait(s.clock.real_seconds(delay))
+
+
+@kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL)
+async def removed(spec: kopf.Spec, namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> None:
+    """Finalizer: take back the sidecar this guard injected and its PDBs."""
+    s = shared()
+    try:
+        gs = read_guard_spec(spec)
+    except SpecError:
+        return
+    ns = namespace or ""
+    loop = guarding.GuardLoop(s, ns, name or "")
+    loop.body = body
+    clusters, _missing = await loop.find_clusters(gs)
+    for rc in clusters:
+        if gs.sidecar.inject:
+            ops = patches.uninject_patch(rc)
+            if ops:
+                try:
+                    await s.kube.json_patch_raycluster(ns, rc["metadata"]["name"], ops)
+                    await loop.event(EventReason.SIDECAR_REMOVED, f"sidecar removed from RayCluster "
+                                                                 f"{rc['metadata']['name']}")
+                except ApiError as e:
+                    await loop.event(EventReason.SIDECAR_REMOVAL_FAILED, f"{rc['metadata']['name']}: {e}")
+                    raise kopf.TemporaryError(str(e), delay=10) from e
+        if gs.pdb.enabled:
+            for group, _path, _tpl in patches.templates(rc, include_head=False):
+                await s.kube.delete_pdb(ns, f"memoryguard-{rc['metadata']['name']}-{group}"[:253])

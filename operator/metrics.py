@@ -1,0 +1,80 @@
+"""The operator's Prometheus metrics (served on ``--metrics-port``).
+
+Per-pod series are removed when the pod leaves the guard, so cardinality
+follows the cluster, not its history."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+P = "memoryguard_"
+
+
+class OperatorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry or CollectorRegistry()
+        self.registry = r
+        g = ["namespace", "guard"]
+        pod = [*g, "pod", "group"]
+        self.pods_guarded = Gauge(P + "pods_guarded", "pods a guard watches", g, registry=r)
+        self.pods_at_risk = Gauge(P + "pods_at_risk", "pods with a rotation wanted or under way", g, registry=r)
+        self.guard_degraded = Gauge(P + "guard_degraded", "1 when the guard's Degraded condition is True",
+                                    [*g, "reason"], registry=r)
+        self.working_set = Gauge(P + "pod_working_set_bytes", "working set of the Ray container", pod, registry=r)
+        self.limit = Gauge(P + "pod_memory_limit_bytes", "memory limit of the Ray container", pod, registry=r)
+        self.projected_oom = Gauge(P + "pod_projected_oom_seconds", "time until the trend reaches the limit",
+                                   pod, registry=r)
+        self.store = Gauge(P + "pod_object_store_ratio", "object store occupancy (0-1)", pod, registry=r)
+        self.verdict = Gauge(P + "pod_verdict", "1 for the pod's current verdict", [*pod, "verdict"], registry=r)
+        self.rotations = Counter(P + "rotations", "rotations by reason and outcome", [*g, "reason", "outcome"],
+                                 registry=r)
+        self.evictions_refused = Counter(P + "evictions_refused", "evictions refused (429/5xx)", g, registry=r)
+        self.remediations = Counter(P + "remediations", "remediations by kind and mode", [*g, "kind", "mode"],
+                                    registry=r)
+        self.poll_errors = Counter(P + "sidecar_poll_errors", "failed sidecar polls", g, registry=r)
+        self.poll_seconds = Histogram(P + "sidecar_poll_seconds", "sidecar poll latency", g, registry=r,
+                                      buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+        self.decision_seconds = Histogram(P + "decision_seconds", "policy time per pod per cycle", g, registry=r,
+                                          buckets=(1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2))
+        self.sample_to_decision = Histogram(
+            P + "sample_to_decision_seconds", "from a sample being served to the decision on it (operator clock)",
+            g, registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+        self.cycle_seconds = Histogram(P + "guard_cycle_seconds", "one guard cycle", g, registry=r,
+                                       buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+        self._pod_series: dict[tuple[str, str], set[tuple[str, str, str, str]]] = {}
+        self._verdicts: dict[tuple[str, str, str, str], str] = {}
+
+    def forget_pods(self, namespace: str, guard: str, keep: set[tuple[str, str]]) -> None:
+        """Drop the per-pod series of pods no longer guarded."""
+        key = (namespace, guard)
+        for labels in list(self._pod_series.get(key, set())):
+            if (labels[2], labels[3]) in keep:
+                continue
+            for m in (self.working_set, self.limit, self.projected_oom, self.store):
+                try:
+                    m.remove(*labels)
+                except KeyError:
+                    pass
+            self._pod_series[key].discard(labels)
+        for labels, verdict in list(self._verdicts.items()):
+            if labels[:2] == key and (labels[2], labels[3]) not in keep:
+                self.verdict.remove(*labels, verdict)
+                del self._verdicts[labels]
+
+    def pod(self, namespace: str, guard: str, pod: str, group: str, *, ws: int | None, limit: int | None,
+            eta: float | None, store: float | None, verdict: str) -> None:
+        labels = (namespace, guard, pod, group)
+        self._pod_series.setdefault((namespace, guard), set()).add(labels)
+        for m, v in ((self.working_set, ws), (self.limit, limit), (self.projected_oom, eta), (self.store, store)):
+            if v is None:
+                try:
+                    m.remove(*labels)
+                except KeyError:
+                    pass
+            else:
+                m.labels(*labels).set(v)
+        old = self._verdicts.get(labels)
+        if old is not None and old != verdict:
+            self.verdict.remove(*labels, old)
+        self._verdicts[labels] = verdict
+        self.verdict.labels(*labels, verdict).set(1)

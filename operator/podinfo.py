@@ -1,0 +1,61 @@
+"""What the operator reads off a pod, and the annotations it writes there.
+Purely computational."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+ANN_REQUESTED_AT = "memoryguard.io/rotation-requested-at"
+ANN_REASON = "memoryguard.io/rotation-reason"
+ANN_PHASE = "memoryguard.io/rotation-phase"  # draining | evicting
+ANN_GUARD = "memoryguard.io/rotation-guard"
+ANN_DRAIN = "memoryguard.io/rotation-drain"
+ANN_ROTATE = "memoryguard.io/rotate"  # set by a user: "now"
+
+LABEL_CLUSTER = "ray.io/cluster"
+LABEL_NODE_TYPE = "ray.io/node-type"
+LABEL_GROUP = "ray.io/group"
+LABEL_IS_RAY_NODE = "ray.io/is-ray-node"
+
+
+@dataclasses.dataclass(frozen=True)
+class PodInfo:
+    name: str
+    namespace: str
+    uid: str
+    ip: str | None
+    cluster: str
+    group: str
+    is_head: bool
+    phase: str
+    ready: bool
+    terminating: bool
+    created: str
+    annotations: Mapping[str, str]
+
+    @property
+    def rotation_phase(self) -> str | None:
+        return self.annotations.get(ANN_PHASE)
+
+    @property
+    def user_requested(self) -> bool:
+        return self.annotations.get(ANN_ROTATE, "").strip().lower() == "now"
+
+
+def pod_info(pod: Mapping[str, Any]) -> PodInfo:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    conds = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    ann = meta.get("annotations") or {}
+    return PodInfo(
+        name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")), uid=str(meta.get("uid", "")),
+        ip=status.get("podIP") or None, cluster=str(labels.get(LABEL_CLUSTER, "")),
+        group=str(labels.get(LABEL_GROUP, "")), is_head=labels.get(LABEL_NODE_TYPE) == "head",
+        phase=str(status.get("phase", "")), ready=ready, terminating=bool(meta.get("deletionTimestamp")),
+        created=str(meta.get("creationTimestamp", "")),
+        annotations={str(k): str(v) for k, v in ann.items() if isinstance(v, str)},
+    )

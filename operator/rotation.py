@@ -1,0 +1,139 @@
+"""Graceful rotation of one pod: annotate -> drain -> evict -> wait for
+KubeRay's replacement, one idempotent step per call.
+
+Progress lives where it survives a restart: before the eviction on the pod
+(annotations ``memoryguard.io/rotation-*``), after it in the MemoryGuard's
+status (``status.rotations.inFlight``), so a restarted operator resumes
+at the step it was at and never evicts twice. Pods are never deleted: only
+the Eviction API, whose 429 (a PodDisruptionBudget says not now) means wait.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from memoryguard.operator import podinfo as pi
+from memoryguard.operator.drain import Drainer
+from memoryguard.operator.events import EventReason
+from memoryguard.operator.kube import ApiError, Kube
+
+Report = Callable[[EventReason, str], Awaitable[None]]
+
+
+@dataclasses.dataclass
+class InFlight:
+    """One rotation in progress, as kept in ``status.rotations.inFlight``."""
+
+    pod: str
+    uid: str
+    cluster: str
+    group: str
+    reason: str
+    requested_at: float
+    phase: str  # draining | evicting | replacing
+    evicted_at: float | None = None
+    refused: int = 0  # evictions refused so far (429)
+    last_attempt: float | None = None
+    # Pods of the group when the pod went: a replacement is a ready pod not among them.
+    peers: tuple[str, ...] = ()
+
+    def to_status(self) -> dict[str, Any]:
+        return {"pod": self.pod, "uid": self.uid, "cluster": self.cluster, "group": self.group,
+                "reason": self.reason, "requestedAt": self.requested_at, "phase": self.phase,
+                "evictedAt": self.evicted_at, "refused": self.refused, "lastAttempt": self.last_attempt,
+                "peers": list(self.peers)}
+
+    @classmethod
+    def from_status(cls, d: Mapping[str, Any]) -> InFlight | None:
+        try:
+            return cls(pod=str(d["pod"]), uid=str(d["uid"]), cluster=str(d["cluster"]), group=str(d["group"]),
+                       reason=str(d.get("reason", "")), requested_at=float(d["requestedAt"]),
+                       phase=str(d["phase"]), evicted_at=None if d.get("evictedAt") is None else float(d["evictedAt"]),
+                       refused=int(d.get("refused") or 0),
+                       last_attempt=None if d.get("lastAttempt") is None else float(d["lastAttempt"]),
+                       peers=tuple(str(u) for u in d.get("peers") or []))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    done: bool = False
+    failed: bool = False
+    message: str = ""
+
+
+async def start(kube: Kube, pod: pi.PodInfo, *, guard: str, reason: str, now: float) -> InFlight:
+    """Step 1: mark the pod (so a restarted operator knows) and record it."""
+    await kube.patch_pod_annotations(pod.namespace, pod.name, {
+        pi.ANN_REQUESTED_AT: f"{now:.3f}", pi.ANN_REASON: reason[:256], pi.ANN_PHASE: "draining", pi.ANN_GUARD: guard,
+    })
+    return InFlight(pod=pod.name, uid=pod.uid, cluster=pod.cluster, group=pod.group, reason=reason[:256],
+                    requested_at=now, phase="draining")
+
+
+def backoff_s(refused: int) -> float:
+    """Seconds (operator clock) to wait after the n-th refused eviction."""
+    return float(min(300, 10 * 2 ** min(refused, 5)))
+
+
+async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence[pi.PodInfo], gcs_address: str | None,
+                  drain_timeout_s: float, replacement_timeout_s: float, now: float, report: Report) -> Outcome:
+    """Do the next step of one rotation; safe to call again after any crash."""
+    pod = next((p for p in pods if p.uid == rot.uid), None)
+
+    def gone() -> None:
+        rot.phase, rot.evicted_at = "replacing", now
+        rot.peers = tuple(p.uid for p in pods if p.cluster == rot.cluster and p.group == rot.group)
+
+    if rot.phase == "draining":
+        if pod is None or pod.terminating:
+            gone()  # gone already (KubeRay, a user, the kubelet)
+            return Outcome()
+        if pod.ip and gcs_address:
+            result = await drainer.drain(gcs_address=gcs_address, node_ip=pod.ip, deadline_s=drain_timeout_s,
+                                         reason=f"memoryguard: {rot.reason}", timeout_s=15.0)
+            msg = result.message
+            if not result.skipped:
+                await report(EventReason.DRAINED if result.ok else EventReason.DRAIN_FAILED, f"{rot.pod}: {msg}")
+        else:
+            msg = "no pod IP or GCS address; not drained"
+        await kube.patch_pod_annotations(pod.namespace, pod.name, {pi.ANN_PHASE: "evicting", pi.ANN_DRAIN: msg[:256]})
+        rot.phase = "evicting"
+        return Outcome()
+    if rot.phase == "evicting":
+        if pod is None or pod.terminating:
+            gone()
+            return Outcome()
+        if rot.last_attempt is not None and rot.refused and now - rot.last_attempt < backoff_s(rot.refused):
+            return Outcome()
+        rot.last_attempt = now
+        try:
+            allowed, status, message = await kube.evict(pod.namespace, pod.name)
+        except ApiError as e:
+            # 5xx and timeouts: try again next cycle; never fall back to a delete.
+            rot.refused += 1
+            return Outcome(message=f"eviction of {rot.pod} failed: {e}")
+        if allowed or status == 404:
+            gone()
+            await report(EventReason.EVICTED, f"{rot.pod} evicted ({rot.reason})")
+            return Outcome()
+        rot.refused += 1
+        if rot.refused == 1 or rot.refused % 10 == 0:
+            await report(EventReason.EVICTION_REFUSED,
+                         f"{rot.pod}: eviction refused ({status}: {message}); retrying in "
+                         f"{backoff_s(rot.refused):.0f} s")
+        return Outcome()
+    # replacing: KubeRay recreates the worker; wait for a new pod of the group to be ready.
+    evicted = rot.evicted_at if rot.evicted_at is not None else rot.requested_at
+    replacement = [p for p in pods if p.cluster == rot.cluster and p.group == rot.group and p.uid != rot.uid
+                   and p.uid not in rot.peers and p.ready and p.phase == "Running" and not p.terminating]
+    if replacement:
+        return Outcome(done=True, message=f"{rot.pod} rotated ({rot.reason}); {replacement[0].name} is ready")
+    if now - evicted > replacement_timeout_s:
+        return Outcome(failed=True, message=f"{rot.pod} was evicted but no replacement in group {rot.group} became "
+                                            f"ready within {replacement_timeout_s:.0f} s")
+    return Outcome()
+

@@ -1,0 +1,80 @@
+"""The MemoryGuard's status, computed from one cycle's results. Purely
+computational; the guard loop writes it only when it changed."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memoryguard.core.policy import Action, Decision, Reason
+
+AT_RISK = frozenset({Reason.PROJECTED_OOM, Reason.CRITICAL_USAGE, Reason.MEMORY_PRESSURE, Reason.OOM_KILLED,
+                     Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL, Reason.ROTATION_DEFERRED,
+                     Reason.ROTATION_IN_PROGRESS})
+MAX_RECENT = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class PodView:
+    name: str
+    group: str
+    decision: Decision
+    sidecar_error: str | None
+
+
+def condition(kind: str, ok: bool, reason: str, message: str, now_iso: str,
+              previous: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    status = "True" if ok else "False"
+    prev = next((c for c in previous if c.get("type") == kind), None)
+    # lastTransitionTime moves only when the status flips, as Kubernetes conventions say.
+    since = prev.get("lastTransitionTime") if prev and prev.get("status") == status else now_iso
+    return {"type": kind, "status": status, "reason": reason, "message": message[:1024],
+            "lastTransitionTime": since}
+
+
+def pod_status(v: PodView) -> dict[str, Any]:
+    ev = v.decision.evidence
+    return {
+        "group": v.group,
+        "workingSetBytes": ev.working_set_bytes,
+        "limitBytes": ev.limit_bytes,
+        "slopeBytesPerHour": None if ev.slope_bytes_per_h is None else round(ev.slope_bytes_per_h),
+        "projectedOOMSeconds": None if ev.projected_oom_s is None else round(ev.projected_oom_s),
+        "objectStorePercent": None if ev.store_fraction is None else round(ev.store_fraction * 100, 1),
+        "verdict": "SidecarUnreachable" if v.sidecar_error and v.decision.reason in (
+            Reason.NO_SAMPLES, Reason.SAMPLES_STALE) else v.decision.reason.value,
+        "lastDecision": v.decision.message,
+        **({"sidecarError": v.sidecar_error} if v.sidecar_error else {}),
+    }
+
+
+def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[PodView], spec_error: str | None,
+          missing_clusters: Sequence[str], rotations: Mapping[str, Any], last_action: str | None, now_iso: str,
+          previous: Mapping[str, Any]) -> dict[str, Any]:
+    prev_conds = previous.get("conditions") or []
+    unreachable = sorted(p.name for p in pods if p.sidecar_error)
+    at_risk = sum(1 for p in pods if p.decision.reason in AT_RISK or p.decision.action is Action.ROTATE)
+    if spec_error:
+        degraded = (True, "InvalidSpec", spec_error)
+    elif missing_clusters:
+        degraded = (True, "ClusterNotFound", f"RayCluster(s) not found: {', '.join(missing_clusters)}")
+    elif unreachable:
+        degraded = (True, "SidecarUnreachable",
+                    f"{len(unreachable)} pod(s) without samples: {', '.join(unreachable[:10])}")
+    else:
+        degraded = (False, "AsExpected", "all guarded pods report samples")
+    ready = not spec_error
+    return {
+        "observedGeneration": generation,
+        "conditions": [
+            condition("Ready", ready, "Guarding" if ready else "InvalidSpec",
+                      f"guarding {len(pods)} pod(s) in {len(clusters)} RayCluster(s)" if ready else str(spec_error),
+                      now_iso, prev_conds),
+            condition("Degraded", degraded[0], degraded[1], degraded[2], now_iso, prev_conds),
+        ],
+        "summary": {"clusters": len(clusters), "pods": len(pods), "atRisk": at_risk},
+        "pods": {p.name: pod_status(p) for p in sorted(pods, key=lambda p: p.name)},
+        "rotations": dict(rotations),
+        "lastAction": last_action or previous.get("lastAction"),
+    }

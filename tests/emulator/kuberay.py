@@ -1,0 +1,145 @@
+"""An EMULATED KubeRay (and kubelet) for tests and the demo.
+
+What it does, as KubeRay's reconcile and a kubelet would, on the emulated
+API: for each RayCluster it keeps one head pod and ``replicas`` worker pods
+per group, with KubeRay's labels (``ray.io/is-ray-node``, ``ray.io/cluster``,
+``ray.io/node-type``, ``ray.io/group``, ``ray.io/identifier``); a pod's spec
+is its group's template at creation (so an injected sidecar or remediation
+env reaches only pods created after the patch, as with KubeRay); each pod
+gets its own loopback IP and a real process started by ``start_pod`` (a
+sidecar replaying a trace); it turns Running and Ready when that process
+answers; a pod that is gone (evicted) has its process ended by PID and is
+replaced after ``replace_delay_s`` (never, with None).
+
+NOT modelled: Ray itself (no raylet, no GCS: drains report "no GCS"),
+``workersToDelete``, autoscaling, suspend, upgrade strategies, the head
+service, init containers, restart policies, and resource scheduling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import dataclasses
+import itertools
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from .api import EmulatedApi, now_iso
+
+
+class PodProcess(Protocol):
+    async def ready(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
+StartPod = Callable[[dict[str, Any]], Awaitable[PodProcess]]
+
+
+@dataclasses.dataclass
+class KubeRayStandIn:
+    api: EmulatedApi
+    start_pod: StartPod
+    namespace: str = "default"
+    replace_delay_s: float | None = 0.2
+    next_ip: itertools.count = dataclasses.field(default_factory=lambda: itertools.count(2))  # type: ignore[type-arg]
+    procs: dict[str, PodProcess] = dataclasses.field(default_factory=dict)  # pod uid -> process
+    created: list[str] = dataclasses.field(default_factory=list)  # pod names, in creation order
+    seen_groups: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
+
+    def ip(self) -> str:
+        """A distinct loopback address per pod: 127.1.0.2, 127.1.0.3, ..."""
+        n = next(self.next_ip)
+        return f"127.1.{n // 250}.{n % 250 + 2}"
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            while not stop.is_set():
+                self.api.changed.clear()
+                self.reconcile()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.api.changed.wait(), 0.5)
+        finally:
+            for t in self.tasks:
+                t.cancel()
+            for p in self.procs.values():
+                p.stop()
+            self.procs.clear()
+
+    def reconcile(self) -> None:
+        pods = self.api.objects("pods", self.namespace)
+        live = {p["metadata"]["uid"] for p in pods}
+        for uid in list(self.procs):
+            if uid not in live:
+                self.procs.pop(uid).stop()  # the pod is gone: its containers end
+        for rc in self.api.objects("rayclusters", self.namespace):
+            name = rc["metadata"]["name"]
+            mine = [p for p in pods if p["metadata"].get("labels", {}).get("ray.io/cluster") == name]
+            spec = rc.get("spec") or {}
+            wanted = [("headgroup", "head", 1, (spec.get("headGroupSpec") or {}).get("template") or {})]
+            for g in spec.get("workerGroupSpecs") or []:
+                wanted.append((g.get("groupName"), "worker", int(g.get("replicas", 1)), g.get("template") or {}))
+            for group, kind, replicas, template in wanted:
+                have = [p for p in mine if p["metadata"]["labels"].get("ray.io/group") == group]
+                missing = replicas - len(have)
+                first_time = (name, group) not in self.seen_groups
+                if missing > 0 and (first_time or self.replace_delay_s is not None):
+                    delay = 0.0 if first_time else (self.replace_delay_s or 0.0)
+                    for _ in range(missing):
+                        self._spawn(self._create(rc, group, kind, template, delay))
+                        self.seen_groups.add((name, group))
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _create(self, rc: dict[str, Any], group: str, kind: str, template: dict[str, Any],
+                delay: float) -> Awaitable[None]:
+        # Create the pod object now (so the count is right on the next reconcile),
+        # start its process after the delay KubeRay and the kubelet would take.
+        cluster = rc["metadata"]["name"]
+        suffix = uuid.uuid4().hex[:5]
+        pod_name = f"{cluster}-head-{suffix}" if kind == "head" else f"{cluster}-{group}-worker-{suffix}"
+        tmeta = template.get("metadata") or {}
+        pod = {
+            "metadata": {
+                "name": pod_name, "namespace": self.namespace,
+                "labels": {**(tmeta.get("labels") or {}), "ray.io/is-ray-node": "yes", "ray.io/cluster": cluster,
+                           "ray.io/node-type": kind, "ray.io/group": group, "ray.io/identifier": f"{cluster}-{kind}",
+                           "app.kubernetes.io/created-by": "kuberay-operator"},
+                "annotations": dict(tmeta.get("annotations") or {}),
+                "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster,
+                                     "uid": rc["metadata"]["uid"], "controller": True}],
+            },
+            "spec": copy.deepcopy(template.get("spec") or {}),
+            "status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]},
+        }
+        created = self.api.put("pods", pod)
+        self.created.append(pod_name)
+        return self._start(created, delay)
+
+    async def _start(self, pod: dict[str, Any], delay: float) -> None:
+        await asyncio.sleep(delay)
+        uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
+        current = self.api.get("pods", self.namespace, name)
+        if current is None or current["metadata"]["uid"] != uid:
+            return
+        ip = self.ip()
+        current["status"] = {"phase": "Pending", "podIP": ip, "conditions": [{"type": "Ready", "status": "False"}]}
+        self.api.put("pods", current)
+        proc = await self.start_pod(self.api.get("pods", self.namespace, name) or current)
+        self.procs[uid] = proc
+        ok = await proc.ready()
+        current = self.api.get("pods", self.namespace, name)
+        if current is None or current["metadata"]["uid"] != uid:
+            self.procs.pop(uid, None)
+            proc.stop()
+            return
+        current["status"] = {"phase": "Running" if ok else "Failed", "podIP": ip, "startTime": now_iso(),
+                             "conditions": [{"type": "Ready", "status": "True" if ok else "False"}]}
+        self.api.put("pods", current)

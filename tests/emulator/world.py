@@ -1,0 +1,183 @@
+"""The test world: the emulated API on loopback, the KubeRay stand-in, real
+sidecar processes replaying traces at each pod's own loopback IP, and the
+real operator as a process (``memoryguard operator``) talking to the
+emulated API through a kubeconfig, on an accelerated clock shared with the
+sidecars. Only the API server and KubeRay are stand-ins."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import kmock
+import yaml
+
+from .api import EmulatedApi
+from .kuberay import KubeRayStandIn
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared"
+BIN = Path(sys.executable).parent
+SIDECAR_PORT = 19108
+
+
+def load_crds(api: EmulatedApi) -> None:
+    rc_crd = SHARED / "kuberay" / "ray.io_rayclusters.yaml"
+    if rc_crd.exists():
+        api.add_crd(yaml.safe_load(rc_crd.read_text()))
+    else:  # outside this workspace: the same kind without a schema
+        from .api import Kind
+
+        api.add_kind(Kind("ray.io", "v1", "rayclusters", "RayCluster", status_subresource=True))
+    api.add_crd(yaml.safe_load((ROOT / "crds" / "memoryguard.io_memoryguards.yaml").read_text()))
+
+
+class SidecarProcess:
+    """A real ``memoryguard sidecar --replay`` at the pod's IP."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, url: str, start_clock: float) -> None:
+        self.proc, self.url, self.start_clock = proc, url, start_clock
+
+    async def ready(self) -> bool:
+        for _ in range(100):
+            if self.proc.returncode is not None:
+                return False
+            try:
+                ok = await asyncio.to_thread(_get_ok, self.url + "/healthz")
+            except OSError:
+                ok = False
+            if ok:
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    def stop(self) -> None:
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+
+
+def _get_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=1) as r:  # noqa: S310 (loopback)
+        return bool(r.status == 200)
+
+
+@dataclasses.dataclass
+class World:
+    api: EmulatedApi
+    server_url: str
+    kubeconfig: Path
+    kuberay: KubeRayStandIn
+    speed: float
+    epoch: float
+    workdir: Path
+    trace_for: Callable[[dict[str, Any]], Path]
+    sidecars: dict[str, SidecarProcess] = dataclasses.field(default_factory=dict)  # pod name -> process
+    operators: list[asyncio.subprocess.Process] = dataclasses.field(default_factory=list)
+    metrics_port: int = 0
+
+    def clock(self, wall: float | None = None) -> float:
+        return self.epoch + ((time.time() if wall is None else wall) - self.epoch) * self.speed
+
+    async def start_pod(self, pod: dict[str, Any]) -> SidecarProcess:
+        ip = pod["status"]["podIP"]
+        trace = self.trace_for(pod)
+        start = self.clock()
+        log = open(self.workdir / f"sidecar-{pod['metadata']['name']}.log", "wb")  # noqa: SIM115
+        proc = await asyncio.create_subprocess_exec(
+            str(BIN / "memoryguard"), "sidecar", "--listen", f"{ip}:{SIDECAR_PORT}", "--replay", str(trace),
+            "--speed", str(self.speed), "--epoch", str(self.epoch), "--start", str(start),
+            "--interval", "1", "--window", "21600", stdout=log, stderr=log)
+        sc = SidecarProcess(proc, f"http://{ip}:{SIDECAR_PORT}", start)
+        self.sidecars[pod["metadata"]["name"]] = sc
+        return sc
+
+    async def start_operator(self, *, extra_env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+        from ..procs import free_port
+
+        self.metrics_port = free_port("127.0.0.1")
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "MEMORYGUARD_TIME_SCALE": str(self.speed),
+               "MEMORYGUARD_EPOCH": str(self.epoch), "MEMORYGUARD_METRICS_HOST": "127.0.0.1",
+               "MEMORYGUARD_METRICS_PORT": str(self.metrics_port), "MEMORYGUARD_DRAIN": "false",
+               "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60", **(extra_env or {})}
+        log = open(self.workdir / f"operator-{len(self.operators)}.log", "wb")  # noqa: SIM115
+        proc = await asyncio.create_subprocess_exec(
+            str(BIN / "memoryguard"), "operator", "--standalone", "-n", "default", stdout=log, stderr=log, env=env)
+        self.operators.append(proc)
+        return proc
+
+    async def stop_operator(self, proc: asyncio.subprocess.Process, *, kill: bool = False) -> None:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 20)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+
+    def operator_log(self) -> str:
+        return "\n".join((self.workdir / f"operator-{i}.log").read_text(errors="replace")
+                         for i in range(len(self.operators)))
+
+    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self.api.objects("events") if reason is None or e.get("reason") == reason]
+
+    def pods(self, group: str | None = None) -> list[dict[str, Any]]:
+        return [p for p in self.api.objects("pods", "default")
+                if group is None or p["metadata"]["labels"].get("ray.io/group") == group]
+
+    async def wait_for(self, pred: Callable[[], Any], timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = pred()
+            if v:
+                return v
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}\n--- operator log ---\n"
+                             f"{self.operator_log()[-6000:]}")
+
+
+@contextlib.asynccontextmanager
+async def world(workdir: Path, trace_for: Callable[[dict[str, Any]], Path], *, speed: float = 600.0,
+                replace_delay_s: float | None = 0.3) -> AsyncIterator[World]:
+    api = EmulatedApi()
+    load_crds(api)
+    api.put("namespaces", {"metadata": {"name": "default"}})
+    async with api, kmock.Server(api, host="127.0.0.1") as server:
+        url = f"http://127.0.0.1:{server.port}"
+        kubeconfig = workdir / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+            "clusters": [{"name": "emulator", "cluster": {"server": url}}],
+            "users": [{"name": "emulator", "user": {"token": "emulated"}}],
+            "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "emulator",
+                                                          "namespace": "default"}}]}))
+        w = World(api=api, server_url=url, kubeconfig=kubeconfig, kuberay=None, speed=speed,  # type: ignore[arg-type]
+                  epoch=time.time(), workdir=workdir, trace_for=trace_for)
+        w.kuberay = KubeRayStandIn(api, w.start_pod, replace_delay_s=replace_delay_s)
+        stop = asyncio.Event()
+        task = asyncio.create_task(w.kuberay.run(stop))
+        try:
+            yield w
+        finally:
+            for op in w.operators:
+                await w.stop_operator(op)
+            stop.set()
+            await task
+            for sc in w.sidecars.values():
+                sc.stop()
+            for sc in w.sidecars.values():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sc.proc.wait(), 10)
+                if sc.proc.returncode is None:
+                    sc.proc.kill()
+                    await sc.proc.wait()

@@ -1,0 +1,64 @@
+"""Shared pieces of the operator's end-to-end tests in the emulated world."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from memoryguard.core import commands
+
+from ..emulator.world import SIDECAR_PORT
+
+TRACES = commands.EXAMPLES_DIR
+LEAK = TRACES / "leak_steady.csv"  # OOM at 28,905 s on the trace clock
+HEALTHY = [TRACES / "healthy_gc_sawtooth.csv", TRACES / "healthy_batch_spikes.csv",
+           TRACES / "healthy_model_warmup.csv"]
+
+
+def raycluster(name: str = "raycluster-kuberay", workers: int = 3, group: str = "workergroup") -> dict[str, Any]:
+    """Shaped like KubeRay's ray-cluster.sample.yaml."""
+    def container(n: str, mem: str) -> dict[str, Any]:
+        return {"name": n, "image": "rayproject/ray:2.52.0",
+                "resources": {"limits": {"cpu": "1", "memory": mem}, "requests": {"cpu": "1", "memory": mem}}}
+
+    return {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "rayVersion": "2.52.0",
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
+                container("ray-head", "5Gi")]}}},
+            "workerGroupSpecs": [{"replicas": workers, "minReplicas": 1, "maxReplicas": 5, "groupName": group,
+                                  "rayStartParams": {}, "template": {"spec": {"containers": [
+                                      container("ray-worker", "64Gi")]}}}],
+        },
+    }
+
+
+def guard(name: str = "leak-guard", cluster: str = "raycluster-kuberay", **spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "clusterSelector": {"names": [cluster]},
+        # The test clock runs 600x: poll every 5 min of trace time (0.5 s real).
+        "sampling": {"intervalSeconds": 300, "sidecarPort": SIDECAR_PORT, "timeoutSeconds": 2},
+        "policy": {"staleAfterSeconds": 1800},
+        "rotation": {"cooldownSeconds": 600, "replacementTimeoutSeconds": 3600},
+    }
+    for k, v in spec.items():
+        base[k] = {**base.get(k, {}), **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return {"apiVersion": "memoryguard.io/v1alpha1", "kind": "MemoryGuard",
+            "metadata": {"name": name, "namespace": "default"}, "spec": copy.deepcopy(base)}
+
+
+def by_worker_index(leaking: set[int]) -> Any:
+    """trace_for: the n-th worker pod created gets the leak if n in ``leaking``
+    (replacements are healthy); the head and others replay healthy traces."""
+    seen: list[str] = []
+
+    def trace_for(pod: dict[str, Any]) -> Any:
+        labels = pod["metadata"]["labels"]
+        if labels.get("ray.io/node-type") == "head":
+            return HEALTHY[0]
+        seen.append(pod["metadata"]["name"])
+        n = len(seen) - 1
+        return LEAK if n in leaking else HEALTHY[n % len(HEALTHY)]
+
+    return trace_for
