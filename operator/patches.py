@@ -185,6 +185,17 @@ def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence
     return ops
 
 
+def _remove_items(path: str, items: Sequence[Mapping[str, Any]], names: set[str]) -> list[Op]:
+    """Remove the named items of a list; the whole list when nothing else is
+    in it (so the template reads as it did before the injection)."""
+    idx = [i for i, item in enumerate(items) if item.get("name") in names]
+    if not idx:
+        return []
+    if len(idx) == len(items):
+        return [{"op": "remove", "path": path}]
+    return [{"op": "remove", "path": f"{path}/{i}"} for i in reversed(idx)]
+
+
 def uninject_patch(rc: Mapping[str, Any]) -> list[Op]:
     """Ops removing everything ``inject_patch`` added (indices from the end
     so earlier removals do not shift later ones)."""
@@ -197,16 +208,17 @@ def uninject_patch(rc: Mapping[str, Any]) -> list[Op]:
                 ops.append({"op": "test", "path": f"{tpath}/spec/containers/{i}/name", "value": SIDECAR_NAME})
                 ops.append({"op": "remove", "path": f"{tpath}/spec/containers/{i}"})
         if containers:
-            mounts = containers[RAY_CONTAINER].get("volumeMounts") or []
-            for i in reversed(range(len(mounts))):
-                if mounts[i].get("name") == SHM_VOLUME:
-                    ops.append({"op": "remove", "path": f"{tpath}/spec/containers/{RAY_CONTAINER}/volumeMounts/{i}"})
-        vols = spec.get("volumes") or []
-        for i in reversed(range(len(vols))):
-            if vols[i].get("name") in (SHM_VOLUME, NO_TOKEN_VOLUME):
-                ops.append({"op": "remove", "path": f"{tpath}/spec/volumes/{i}"})
-        ann = (tpl.get("metadata") or {}).get("annotations") or {}
+            ops += _remove_items(f"{tpath}/spec/containers/{RAY_CONTAINER}/volumeMounts",
+                                 containers[RAY_CONTAINER].get("volumeMounts") or [], {SHM_VOLUME})
+        ops += _remove_items(f"{tpath}/spec/volumes", spec.get("volumes") or [], {SHM_VOLUME, NO_TOKEN_VOLUME})
+        meta = tpl.get("metadata") or {}
+        ann = meta.get("annotations") or {}
         if ann.get(INJECTED_ANNOTATION) == "shareProcessNamespace":
             ops.append({"op": "remove", "path": f"{tpath}/spec/shareProcessNamespace"})
-            ops.append({"op": "remove", "path": f"{tpath}/metadata/annotations/{_esc(INJECTED_ANNOTATION)}"})
+            if len(ann) > 1:
+                ops.append({"op": "remove", "path": f"{tpath}/metadata/annotations/{_esc(INJECTED_ANNOTATION)}"})
+            elif len(meta) > 1:
+                ops.append({"op": "remove", "path": f"{tpath}/metadata/annotations"})
+            else:
+                ops.append({"op": "remove", "path": f"{tpath}/metadata"})
     return ops

@@ -36,3 +36,69 @@ async def test_leaking_worker_is_rotated_before_oom_healthy_never(tmp_path: Path
         assert pod is None
         started = w.events("WorkerRotationStarted")
         assert len(started) == 1 and "ProjectedOOM" in started[0]["message"]
+
+
+def _starts_and_ends(w) -> list[tuple[str, float]]:  # type: ignore[no-untyped-def]
+    out = []
+    for e in w.events():
+        if e["reason"] in ("WorkerRotationStarted", "WorkerRotated", "WorkerRotationFailed"):
+            out.append((e["reason"], e["metadata"]["resourceVersion"]))
+    return sorted(out, key=lambda x: int(x[1]))
+
+
+async def test_two_leaks_in_one_group_rotate_one_after_the_other(tmp_path: Path) -> None:
+    async with world(tmp_path, by_worker_index({0, 1})) as w:
+        w.api.put("rayclusters", raycluster(workers=3))
+        await w.wait_for(lambda: sum(1 for p in w.pods("workergroup") if p["status"].get("phase") == "Running") == 3,
+                         30, "three running workers")
+        leaking = set(w.kuberay.created[1:3])
+        w.api.put("memoryguards", guard(rotation={"maxUnavailable": 1, "cooldownSeconds": 0}))
+        await w.start_operator()
+        await w.wait_for(lambda: len(w.events("WorkerRotated")) >= 2, 120, "two rotations")
+        assert {e[1] for e in w.api.evictions} == leaking and len(w.api.evictions) == 2
+        seq = [r for r, _ in _starts_and_ends(w)]
+        # Never two at once: each start is followed by its end before the next start.
+        assert seq[:4] == ["WorkerRotationStarted", "WorkerRotated", "WorkerRotationStarted", "WorkerRotated"], seq
+
+
+async def test_pdb_429_delays_never_bypasses(tmp_path: Path) -> None:
+    async with world(tmp_path, by_worker_index({0})) as w:
+        w.api.put("rayclusters", raycluster(workers=2))
+        await w.wait_for(lambda: sum(1 for p in w.pods("workergroup") if p["status"].get("phase") == "Running") == 2,
+                         30, "two running workers")
+        leaking = w.kuberay.created[1]
+        # A budget that allows no disruption at all in the group.
+        w.api.put("poddisruptionbudgets", {"metadata": {"name": "no-disruption", "namespace": "default"},
+                                           "spec": {"minAvailable": 2, "selector": {"matchLabels": {
+                                               "ray.io/group": "workergroup"}}}})
+        w.api.put("memoryguards", guard())
+        await w.start_operator()
+        await w.wait_for(lambda: w.events("WorkerEvictionRefused"), 90, "a refused eviction")
+        assert w.api.evictions == [] and not [d for d in w.api.deletes if d[0] == "pods"]
+        pod = w.api.get("pods", "default", leaking)
+        assert pod is not None and pod["metadata"]["annotations"]["memoryguard.io/rotation-phase"] == "evicting"
+        # The budget is relaxed: the waiting rotation goes through, once.
+        w.api.remove("poddisruptionbudgets", "default", "no-disruption")
+        await w.wait_for(lambda: w.events("WorkerRotated"), 60, "the rotation after the budget allows it")
+        assert [e[1] for e in w.api.evictions] == [leaking]
+
+
+async def test_dry_run_changes_nothing(tmp_path: Path) -> None:
+    async with world(tmp_path, by_worker_index({0})) as w:
+        w.api.put("rayclusters", raycluster(workers=2))
+        await w.wait_for(lambda: sum(1 for p in w.pods("workergroup") if p["status"].get("phase") == "Running") == 2,
+                         30, "two running workers")
+        leaking = w.kuberay.created[1]
+        before_pods = {p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in w.pods()}
+        before_rc = w.api.get("rayclusters", "default", "raycluster-kuberay")
+        w.api.put("memoryguards", guard(dryRun=True, sidecar={"inject": True, "port": 19108},
+                                        remediation={"jemalloc": {"mode": "auto"}}))
+        await w.start_operator()
+        planned = await w.wait_for(lambda: w.events("WorkerRotationPlanned"), 90, "a planned rotation")
+        assert leaking in planned[0]["message"] and "dry run" in planned[0]["message"]
+        await w.wait_for(lambda: w.clock() - w.sidecars[leaking].start_clock > 30000, 60, "the trace to reach OOM")
+        assert w.api.evictions == []
+        assert {p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in w.pods()} == before_pods
+        assert w.api.get("rayclusters", "default", "raycluster-kuberay") == before_rc
+        status = w.api.get("memoryguards", "default", "leak-guard")["status"]  # type: ignore[index]
+        assert status["rotations"]["total"] == 0 and status["summary"]["pods"] == 2

@@ -1,0 +1,69 @@
+"""Sidecar injection into the RayCluster's templates, its removal by the
+guard's finalizer, and remediation in auto mode, end to end."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from memoryguard.operator.patches import SIDECAR_NAME
+
+from ..emulator.world import world
+from .conftest import by_worker_index, guard, raycluster
+
+pytestmark = pytest.mark.e2e
+
+
+def _containers(rc: dict) -> list[list[str]]:  # type: ignore[type-arg]
+    spec = rc["spec"]
+    tpls = [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]
+    return [[c["name"] for c in t["spec"]["containers"]] for t in tpls]
+
+
+async def test_inject_then_delete_guard_removes_it(tmp_path: Path) -> None:
+    async with world(tmp_path, by_worker_index(set())) as w:
+        w.api.put("rayclusters", raycluster(workers=1))
+        original = copy.deepcopy(w.api.get("rayclusters", "default", "raycluster-kuberay")["spec"])  # type: ignore[index]
+        w.api.put("memoryguards", guard(sidecar={"inject": True, "port": 19108}))
+        await w.start_operator()
+        rc = await w.wait_for(lambda: (r := w.api.get("rayclusters", "default", "raycluster-kuberay")) and
+                              all(SIDECAR_NAME in names for names in _containers(r)) and r, 30, "the sidecar injected")
+        tpl = rc["spec"]["workerGroupSpecs"][0]["template"]
+        assert tpl["spec"]["shareProcessNamespace"] is True
+        side = next(c for c in tpl["spec"]["containers"] if c["name"] == SIDECAR_NAME)
+        assert side["securityContext"]["readOnlyRootFilesystem"] is True and side["securityContext"]["runAsNonRoot"]
+        assert {"name": "memoryguard-shm", "mountPath": "/dev/shm"} in tpl["spec"]["containers"][0]["volumeMounts"]
+        # Idempotent: a later cycle changes nothing.
+        rv = rc["metadata"]["resourceVersion"]
+        await w.wait_for(lambda: len(w.events("SidecarInjected")) == 1, 5, "one injection event")
+        status_rv = w.api.get("memoryguards", "default", "leak-guard")["metadata"]["resourceVersion"]  # type: ignore[index]
+        await w.wait_for(lambda: w.api.get("memoryguards", "default", "leak-guard")["metadata"][  # type: ignore[index]
+            "resourceVersion"] != status_rv, 10, "another cycle")
+        assert w.api.get("rayclusters", "default", "raycluster-kuberay")["metadata"]["resourceVersion"] == rv  # type: ignore[index]
+        # Deleting the guard: the finalizer takes the sidecar back out.
+        g = w.api.get("memoryguards", "default", "leak-guard")
+        assert g is not None and g["metadata"].get("finalizers")
+        w.api.remove("memoryguards", "default", "leak-guard")
+        await w.wait_for(lambda: w.api.get("memoryguards", "default", "leak-guard") is None, 30, "the guard gone")
+        rc = w.api.get("rayclusters", "default", "raycluster-kuberay")
+        assert rc is not None and rc["spec"] == original
+        assert w.events("SidecarRemoved")
+
+
+async def test_plateau_gets_jemalloc_in_auto_mode(tmp_path: Path) -> None:
+    from memoryguard.core import commands
+
+    frag = commands.EXAMPLES_DIR / "fragmentation_flattens.csv"
+    async with world(tmp_path, lambda pod: frag) as w:
+        w.api.put("rayclusters", raycluster(workers=1))
+        w.api.put("memoryguards", guard(remediation={"jemalloc": {"mode": "auto"}}))
+        await w.start_operator()
+        await w.wait_for(lambda: w.events("RemediationApplied"), 120, "jemalloc applied")
+        rc = w.api.get("rayclusters", "default", "raycluster-kuberay")
+        env = {e["name"]: e["value"] for e in rc["spec"]["workerGroupSpecs"][0]["template"]["spec"][  # type: ignore[index]
+            "containers"][0]["env"]}
+        assert env["LD_PRELOAD"].endswith("libjemalloc.so.2") and "background_thread:true" in env["MALLOC_CONF"]
+        assert "GrowthPlateau" in rc["metadata"]["annotations"]["memoryguard.io/remediation"]  # type: ignore[index]
+        assert w.api.evictions == []  # a plateau is never a rotation

@@ -1,0 +1,56 @@
+"""An operator killed (SIGKILL) mid-rotation and restarted finishes that
+rotation without a second eviction: its progress is on the pod and in the
+guard's status, not in the dead process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ..emulator.api import ApiError
+from ..emulator.world import world
+from .conftest import by_worker_index, guard, raycluster
+
+pytestmark = pytest.mark.e2e
+
+
+async def _setup(w) -> str:  # type: ignore[no-untyped-def]
+    w.api.put("rayclusters", raycluster(workers=2))
+    await w.wait_for(lambda: sum(1 for p in w.pods("workergroup") if p["status"].get("phase") == "Running") == 2,
+                     30, "two running workers")
+    w.api.put("memoryguards", guard())
+    return str(w.kuberay.created[1])
+
+
+async def test_killed_while_evicting(tmp_path: Path) -> None:
+    async with world(tmp_path, by_worker_index({0})) as w:
+        leaking = await _setup(w)
+        # The API refuses evictions for now (503): the rotation waits in "evicting".
+        w.api.faults.append(lambda r: ApiError(503, "ServiceUnavailable", "try later")
+                            if r.subresource == "eviction" else None)
+        first = await w.start_operator()
+        await w.wait_for(lambda: (w.api.get("pods", "default", leaking) or {}).get("metadata", {}).get(
+            "annotations", {}).get("memoryguard.io/rotation-phase") == "evicting", 90, "the evicting phase")
+        await w.stop_operator(first, kill=True)
+        w.api.faults.clear()
+        await w.start_operator()
+        await w.wait_for(lambda: w.events("WorkerRotated"), 60, "the resumed rotation to finish")
+        assert [e[1] for e in w.api.evictions] == [leaking]
+        assert len(w.events("WorkerRotationStarted")) == 1  # resumed, not started again
+
+
+async def test_killed_while_waiting_for_the_replacement(tmp_path: Path) -> None:
+    async with world(tmp_path, by_worker_index({0})) as w:
+        leaking = await _setup(w)
+        w.kuberay.replace_delay_s = 3.0  # KubeRay is slow to replace the pod (1,800 s at 600x)
+        first = await w.start_operator()
+        await w.wait_for(lambda: w.api.evictions, 90, "the eviction")
+        await w.stop_operator(first, kill=True)
+        status = w.api.get("memoryguards", "default", "leak-guard")["status"]  # type: ignore[index]
+        assert [r["phase"] for r in status["rotations"]["inFlight"]] == ["replacing"]
+        await w.start_operator()
+        await w.wait_for(lambda: w.events("WorkerRotated"), 60, "the rotation to finish after the restart")
+        assert [e[1] for e in w.api.evictions] == [leaking]
+        status = w.api.get("memoryguards", "default", "leak-guard")["status"]  # type: ignore[index]
+        assert status["rotations"]["total"] == 1 and status["rotations"]["inFlight"] == []
