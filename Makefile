@@ -44,3 +44,6 @@ clean:
 
 bench-sidecar: $(STAMP)
 	$(BIN)/python benchmarks/sidecar_bench.py
+
+crds: $(STAMP)
+	$(BIN)/python -m memoryguard.operator.crd > crds/memoryguard.io_memoryguards.yaml

@@ -17,7 +17,8 @@ from memoryguard.core.samples import Sample
 
 
 class ReplayFeed:
-    def __init__(self, samples: Sequence[Sample], *, speed: float, epoch_s: float, start_s: float | None = None) -> None:
+    def __init__(self, samples: Sequence[Sample], *, speed: float, epoch_s: float,
+                 start_s: float | None = None) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
         self.samples = samples

@@ -48,7 +48,8 @@ def label_matcher(selector: str | None) -> Callable[[Mapping[str, str]], bool]:
             k, v = (x.strip() for x in term.replace("==", "=").split("=", 1))
             checks.append(lambda lb, k=k, v=v: lb.get(k) == v)
         elif term.startswith("!"):
-            checks.append(lambda lb, k=term[1:].strip(): k not in lb)
+            absent = term[1:].strip()
+            checks.append(lambda lb, k=absent: k not in lb)
         elif re.fullmatch(r"[A-Za-z0-9./_-]+", term):
             checks.append(lambda lb, k=term: k in lb)
         else:

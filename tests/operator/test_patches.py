@@ -1,0 +1,102 @@
+"""Remediation and injection patches on KubeRay's own sample RayClusters:
+the exact JSON patch, applied, still valid against the RayCluster CRD."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from memoryguard.operator import patches
+from memoryguard.operator.guardspec import Jemalloc, SidecarInjection, Spilling
+
+from ..emulator.api import _strip_k8s_extensions
+from ..emulator.patching import json_patch
+
+KUBERAY = Path(__file__).resolve().parents[3] / "shared" / "kuberay"
+SAMPLES = ["ray-cluster.sample.yaml", "ray-cluster.complete.yaml", "ray-cluster.autoscaler.yaml"]
+
+
+def _load(name: str) -> dict[str, Any]:
+    if not (KUBERAY / name).exists():
+        pytest.skip("KubeRay's files are not beside this checkout")
+    docs = [d for d in yaml.safe_load_all((KUBERAY / name).read_text()) if d]
+    return dict(next(d for d in docs if d.get("kind") in ("RayCluster", "CustomResourceDefinition")))
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft7Validator:
+    crd = _load("ray.io_rayclusters.yaml")
+    return jsonschema.Draft7Validator(_strip_k8s_extensions(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]))
+
+
+def test_jemalloc_auto_exact_patch_on_the_sample(validator: jsonschema.Draft7Validator) -> None:
+    rc = _load("ray-cluster.sample.yaml")
+    env = patches.jemalloc_env(Jemalloc(), None)
+    ops = patches.remediation_patch(rc, "workergroup", env, record="GrowthPlateau on w-1")
+    base = "/spec/workerGroupSpecs/0/template/spec/containers/0"
+    assert ops == [
+        {"op": "test", "path": "/spec/workerGroupSpecs/0/groupName", "value": "workergroup"},
+        {"op": "add", "path": f"{base}/env", "value": [
+            {"name": "LD_PRELOAD", "value": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"},
+            {"name": "MALLOC_CONF", "value": "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:1000"}]},
+        {"op": "add", "path": "/metadata/annotations", "value": {"memoryguard.io/remediation": json.dumps(
+            {"workergroup": {"LD_PRELOAD": "GrowthPlateau on w-1", "MALLOC_CONF": "GrowthPlateau on w-1"}},
+            sort_keys=True, separators=(",", ":"))}},
+    ]
+    after = json_patch(rc, ops)
+    assert list(validator.iter_errors(after)) == []
+    # Applied twice: nothing more to do.
+    assert patches.remediation_patch(after, "workergroup", env, record="again") == []
+
+
+def test_spilling_and_existing_env_and_preload() -> None:
+    rc = _load("ray-cluster.sample.yaml")
+    c = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    c["env"] = [{"name": "LD_PRELOAD", "value": "/opt/other.so"}, {"name": "KEEP", "value": "1"}]
+    env = {**patches.jemalloc_env(Jemalloc(), "/opt/other.so"), **patches.spilling_env(Spilling())}
+    assert env["LD_PRELOAD"] == "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2:/opt/other.so"
+    assert json.loads(env["RAY_object_spilling_config"]) == {"type": "filesystem",
+                                                             "params": {"directory_path": ["/tmp/ray-spill"]}}
+    after = json_patch(rc, patches.remediation_patch(rc, "workergroup", env, record="x"))
+    got = {e["name"]: e["value"] for e in after["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0][
+        "env"]}
+    assert got["KEEP"] == "1" and got["RAY_object_spilling_threshold"] == "0.8"
+    assert got["RAY_min_spilling_size"] == str(100 * 1024 * 1024)
+
+
+def test_unknown_group_is_no_patch() -> None:
+    assert patches.remediation_patch(_load("ray-cluster.sample.yaml"), "nope", {"A": "b"}, record="x") == []
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_inject_keeps_every_sample_valid_and_removal_restores_it(name: str,
+                                                                 validator: jsonschema.Draft7Validator) -> None:
+    rc = _load(name)
+    original = copy.deepcopy(rc)
+    injected = json_patch(rc, patches.inject_patch(rc, SidecarInjection()))
+    assert list(validator.iter_errors(injected)) == []
+    for _, _, tpl in patches.templates(injected):
+        names = [c["name"] for c in tpl["spec"]["containers"]]
+        assert names.count(patches.SIDECAR_NAME) == 1 and names[0] != patches.SIDECAR_NAME
+        assert tpl["spec"]["shareProcessNamespace"] is True
+        side = tpl["spec"]["containers"][-1]
+        shm = next(m for m in side["volumeMounts"] if m["mountPath"] == "/dev/shm")
+        assert shm["name"] in {v["name"] for v in tpl["spec"]["volumes"]}
+        assert side["env"][0]["valueFrom"]["resourceFieldRef"]["containerName"] == tpl["spec"]["containers"][0]["name"]
+    assert patches.inject_patch(injected, SidecarInjection()) == []  # idempotent
+    assert json_patch(injected, patches.uninject_patch(injected)) == original
+
+
+def test_a_stale_patch_is_refused() -> None:
+    from ..emulator.patching import PatchError
+
+    rc = _load("ray-cluster.sample.yaml")
+    ops = patches.remediation_patch(rc, "workergroup", {"A": "b"}, record="x")
+    rc["spec"]["workerGroupSpecs"][0]["groupName"] = "renamed"  # someone else changed the list meanwhile
+    with pytest.raises(PatchError, match="test failed"):
+        json_patch(rc, ops)
