@@ -47,3 +47,6 @@ bench-sidecar: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/python -m memoryguard.operator.crd > crds/memoryguard.io_memoryguards.yaml
+
+bench-operator: $(STAMP)
+	$(BIN)/python benchmarks/operator_scale.py

@@ -126,8 +126,7 @@ class GuardLoop:
         self.adopt_annotated(all_pods)
         gcs = {c["metadata"]["name"]: self.gcs_address(c, all_pods) for c in clusters}
         await self.advance_rotations(spec, all_pods, gcs)
-        await self.poll(spec, guarded)
-        views = await self.decide_and_act(spec, guarded, clusters)
+        views = await self.poll_and_decide(spec, guarded, clusters)
         self.publish_metrics(views, guarded)
         status = st.build(generation=generation, clusters=[c["metadata"]["name"] for c in clusters], pods=views,
                           spec_error=None, missing_clusters=missing, rotations=self.rotations_status(),
@@ -280,67 +279,73 @@ class GuardLoop:
             guard_rotations_last_hour=sum(1 for t in starts if now - t < 3600) + sum(extra.values()),
             remediation_advised=False, user_requested=p.user_requested)
 
-    # -- sampling -----------------------------------------------------------------
-    async def poll(self, spec: GuardSpec, pods: Sequence[pi.PodInfo]) -> None:
-        assert self.settings is not None
+    # -- sampling and deciding -------------------------------------------------------
+    async def poll_and_decide(self, spec: GuardSpec, pods: Sequence[pi.PodInfo],
+                              clusters: Sequence[dict[str, Any]]) -> list[st.PodView]:
+        """Poll every pod's sidecar concurrently and decide on each as soon as
+        its samples are in, so a fresh sample waits for no other pod."""
+        assert self.settings is not None and self.inflight is not None
+        settings = self.settings
         live = {p.uid for p in pods}
         for uid in list(self.tracks):
             if uid not in live:
                 del self.tracks[uid]
         sem = asyncio.Semaphore(POLL_CONCURRENCY)
-        now = self.s.clock.now()
+        started: dict[tuple[str, str], int] = {}
+        by_cluster = {c["metadata"]["name"]: c for c in clusters}
+        views: dict[str, st.PodView] = {}
 
         async def one(p: pi.PodInfo) -> None:
             track = self.tracks.get(p.uid)
             if track is None:
-                track = self.tracks[p.uid] = PodTrack(PodWindow(self.settings), p.group)  # type: ignore[arg-type]
+                track = self.tracks[p.uid] = PodTrack(PodWindow(settings), p.group)
             if not p.ip or p.phase != "Running":
                 track.error = f"pod is {p.phase or 'pending'} without an IP" if not p.ip else None
-                return
-            since = track.window.last.time_s if track.window.last else None
-            async with sem:
-                res = await sidecar_client.poll(self.s.http, p.ip, spec.sampling.sidecar_port, since,
-                                                timeout_s=spec.sampling.timeout_s, now_s=now)
-            self.s.metrics.poll_seconds.labels(self.namespace, self.name).observe(res.latency_s)
-            if res.error and not res.samples:
-                self.s.metrics.poll_errors.labels(self.namespace, self.name).inc()
-            track.error = res.error if not res.samples else None
-            for sample in res.samples:
-                track.window.add(sample)
+            else:
+                since = track.window.last.time_s if track.window.last else None
+                async with sem:
+                    res = await sidecar_client.poll(self.s.http, p.ip, spec.sampling.sidecar_port, since,
+                                                    timeout_s=spec.sampling.timeout_s, now_s=self.s.clock.now())
+                self.s.metrics.poll_seconds.labels(self.namespace, self.name).observe(res.latency_s)
+                if res.error and not res.samples:
+                    self.s.metrics.poll_errors.labels(self.namespace, self.name).inc()
+                track.error = res.error if not res.samples else None
+                for sample in res.samples:
+                    track.window.add(sample)
+            views[p.name] = await self.decide_one(spec, p, track, started, by_cluster)
 
         await asyncio.gather(*(one(p) for p in pods))
+        return [views[k] for k in sorted(views)]
 
-    # -- decisions --------------------------------------------------------------------
-    async def decide_and_act(self, spec: GuardSpec, pods: Sequence[pi.PodInfo],
-                             clusters: Sequence[dict[str, Any]]) -> list[st.PodView]:
-        assert self.settings is not None and self.inflight is not None
+    async def decide_one(self, spec: GuardSpec, p: pi.PodInfo, track: PodTrack,
+                         started: dict[tuple[str, str], int], by_cluster: Mapping[str, dict[str, Any]]) -> st.PodView:
+        assert self.settings is not None
         now = self.s.clock.now()
-        started: dict[tuple[str, str], int] = {}
-        views = []
-        by_cluster = {c["metadata"]["name"]: c for c in clusters}
-        for p in sorted(pods, key=lambda p: p.name):
-            track = self.tracks.get(p.uid)
-            if track is None:
-                continue
-            t0 = time.perf_counter()
-            decisions = decide(settings=self.settings, window=track.window, history=self.history_for(p, now, started),
-                               now_s=now)
-            self.s.metrics.decision_seconds.labels(self.namespace, self.name).observe(time.perf_counter() - t0)
-            if track.window.last is not None:
-                self.s.metrics.sample_to_decision.labels(self.namespace, self.name).observe(
-                    max(0.0, self.s.clock.real_seconds(now - track.window.last.time_s)))
-            track.last_decision = decisions[0]
-            views.append(st.PodView(p.name, p.group, decisions[0], track.error))
-            for d in decisions:
-                if d.action is Action.ROTATE:
-                    await self.rotate(spec, p, d, started)
-                elif d.action is Action.REMEDIATE:
-                    await self.remediate(spec, by_cluster.get(p.cluster), p, d, "jemalloc")
-                if d.reason in STORE_REASONS and spec.spilling.mode != Mode.OFF:
-                    await self.remediate(spec, by_cluster.get(p.cluster), p, d, "spilling")
-        return views
+        t0 = time.perf_counter()
+        decisions = decide(settings=self.settings, window=track.window, history=self.history_for(p, now, started),
+                           now_s=now)
+        self.s.metrics.decision_seconds.labels(self.namespace, self.name).observe(time.perf_counter() - t0)
+        if track.window.last is not None:
+            self.s.metrics.sample_to_decision.labels(self.namespace, self.name).observe(
+                max(0.0, self.s.clock.real_seconds(now - track.window.last.time_s)))
+        track.last_decision = decisions[0]
+        for d in decisions:
+            if d.action is Action.ROTATE and not d.dry_run:
+                # Take the group's slot before the first await: the other pods'
+                # decisions run meanwhile and must see it (maxUnavailable).
+                started[(p.cluster, p.group)] = started.get((p.cluster, p.group), 0) + 1
+        for d in decisions:
+            if d.action is Action.ROTATE:
+                await self.rotate(spec, p, d)
+                if not d.dry_run:  # now counted in self.inflight (or it failed to start)
+                    started[(p.cluster, p.group)] -= 1
+            elif d.action is Action.REMEDIATE:
+                await self.remediate(spec, by_cluster.get(p.cluster), p, d, "jemalloc")
+            if d.reason in STORE_REASONS and spec.spilling.mode != Mode.OFF:
+                await self.remediate(spec, by_cluster.get(p.cluster), p, d, "spilling")
+        return st.PodView(p.name, p.group, decisions[0], track.error)
 
-    async def rotate(self, spec: GuardSpec, p: pi.PodInfo, d: Decision, started: dict[tuple[str, str], int]) -> None:
+    async def rotate(self, spec: GuardSpec, p: pi.PodInfo, d: Decision) -> None:
         assert self.inflight is not None
         reason = f"{d.reason.value}: {d.message}"
         if d.dry_run:
@@ -354,7 +359,6 @@ class GuardLoop:
             log.warning("%s/%s: could not mark %s for rotation: %s", self.namespace, self.name, p.name, e)
             return
         self.inflight[p.uid] = rot
-        started[(p.cluster, p.group)] = started.get((p.cluster, p.group), 0) + 1
         await self.write_status({"rotations": self.rotations_status()})
         await self.event(EventReason.ROTATION_STARTED, f"rotating {p.name} (group {p.group}): {reason}")
 
