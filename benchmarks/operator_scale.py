@@ -104,10 +104,11 @@ async def run(n: int, seconds: float, warmup: float) -> dict[str, float | int | 
     per = 50
     for c in range(0, n, per):
         name = f"bench-{c // per:03d}"
+        group = {"groupName": "w", "replicas": per, "minReplicas": 0, "maxReplicas": per,
+                 "template": {"spec": {"containers": [{"name": "ray-worker"}]}}}
         api.put("rayclusters", {"metadata": {"name": name, "namespace": "default", "labels": {"bench": "yes"}},
                                 "spec": {"headGroupSpec": {"template": {"spec": {"containers": [{"name": "h"}]}}},
-                                         "workerGroupSpecs": [{"groupName": "w", "replicas": per, "minReplicas": 0, "maxReplicas": per, "template": {
-                                             "spec": {"containers": [{"name": "ray-worker"}]}}}]}})
+                                         "workerGroupSpecs": [group]}})
         for i in range(c, min(n, c + per)):
             api.put("pods", {"metadata": {"name": f"{name}-w-{i}", "namespace": "default", "labels": {
                 "ray.io/is-ray-node": "yes", "ray.io/cluster": name, "ray.io/node-type": "worker",
@@ -160,7 +161,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=90)
     ap.add_argument("--warmup", type=float, default=45)
     a = ap.parse_args()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
     for n in a.pods or [500, 2000]:
         r = asyncio.run(run(n, a.seconds, a.warmup))

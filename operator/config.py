@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from memoryguard.operator.guardspec import DEFAULT_SIDECAR_IMAGE
+
 
 @dataclasses.dataclass(frozen=True)
 class OperatorConfig:
@@ -17,6 +19,7 @@ class OperatorConfig:
     drain: bool = True  # drain Ray nodes through the GCS before evicting
     time_scale: float = 1.0  # demo and tests only: the operator clock runs this much faster
     epoch: float | None = None  # ... from this unix time
+    sidecar_image: str = DEFAULT_SIDECAR_IMAGE  # injected when a guard names no image
 
 
 def from_env(env: dict[str, str] | None = None) -> OperatorConfig:
@@ -34,4 +37,5 @@ def from_env(env: dict[str, str] | None = None) -> OperatorConfig:
         drain=get("DRAIN", "true").lower() in ("1", "true", "yes"),
         time_scale=float(get("TIME_SCALE", "1")),
         epoch=float(epoch) if epoch else None,
+        sidecar_image=get("SIDECAR_IMAGE", DEFAULT_SIDECAR_IMAGE),
     )

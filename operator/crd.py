@@ -122,7 +122,8 @@ def spec_schema() -> dict[str, Any]:
                 "properties": {
                     "inject": {"type": "boolean", "default": False,
                                "description": "Add the sidecar to the guarded RayClusters' pod templates."},
-                    "image": {"type": "string", "default": guardspec.DEFAULT_SIDECAR_IMAGE, "maxLength": 255},
+                    "image": {"type": "string", "maxLength": 255,
+                              "description": "Default: the sidecar image the chart was installed with."},
                     "port": _int("The sidecar's port.", 9108, 1024, 65535),
                     "resources": {"type": "object", "properties": {
                         "cpuRequest": {"type": "string", "default": "10m"},

@@ -31,7 +31,7 @@ from memoryguard.operator import status as st
 from memoryguard.operator.clock import Clock
 from memoryguard.operator.drain import Drainer
 from memoryguard.operator.events import EventReason
-from memoryguard.operator.guardspec import GuardSpec, Mode, SpecError, read_guard_spec
+from memoryguard.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec, Mode, SpecError, read_guard_spec
 from memoryguard.operator.kube import ApiError, Kube
 from memoryguard.operator.metrics import OperatorMetrics
 
@@ -49,6 +49,7 @@ class Shared:
     http: aiohttp.ClientSession
     clock: Clock
     metrics: OperatorMetrics
+    sidecar_image: str = DEFAULT_SIDECAR_IMAGE
 
 
 @dataclasses.dataclass
@@ -98,7 +99,7 @@ class GuardLoop:
         if self.last_status is None:
             self.last_status = json.loads(json.dumps(previous))
         try:
-            spec = read_guard_spec(body.get("spec"))
+            spec = read_guard_spec(body.get("spec"), sidecar_image=self.s.sidecar_image)
         except SpecError as e:
             if self.invalid_generation != generation:
                 self.invalid_generation = generation
@@ -132,6 +133,8 @@ class GuardLoop:
                           spec_error=None, missing_clusters=missing, rotations=self.rotations_status(),
                           last_action=self.last_action, now_iso=iso(now), previous=previous)
         await self.write_status(status)
+        deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
+        self.s.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
         self.s.metrics.cycle_seconds.labels(self.namespace, self.name).observe(time.monotonic() - t0)
         return spec.sampling.interval_s
 

@@ -121,7 +121,9 @@ def _num(section: Mapping[str, Any], key: str, where: str, lo: float, hi: float,
     return v
 
 
-def read_guard_spec(spec: Mapping[str, Any] | None) -> GuardSpec:
+def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFAULT_SIDECAR_IMAGE) -> GuardSpec:
+    """``sidecar_image``: the image to inject when the spec names none (the
+    chart passes the one it was installed with)."""
     spec = spec or {}
     problems: list[str] = []
     # Policy, rotation budgets, includeHead and dryRun: the core's table.
@@ -194,7 +196,7 @@ def read_guard_spec(spec: Mapping[str, Any] | None) -> GuardSpec:
     res = sc.get("resources") or {}
     sidecar = SidecarInjection(
         inject=bool(sc.get("inject", False)),
-        image=sc.get("image", DEFAULT_SIDECAR_IMAGE),
+        image=sc.get("image") or sidecar_image,
         port=int(_num(sc, "port", "spec.sidecar", 1024, 65535, 9108, problems)),
         cpu_request=str(res.get("cpuRequest", "10m")),
         memory_request=str(res.get("memoryRequest", "32Mi")),

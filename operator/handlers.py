@@ -47,7 +47,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     kube = Kube(load_credentials(), timeout_s=cfg.api_timeout_s)
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, force_close=True))
     _shared["shared"] = guarding.Shared(kube=kube, drainer=RayGcsDrainer() if cfg.drain else NoDrainer(),
-                                        http=http, clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics)
+                                        http=http, clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics,
+                                        sidecar_image=cfg.sidecar_image)
 
 
 @kopf.on.cleanup()
@@ -80,7 +81,7 @@ async def removed(spec: kopf.Spec, namespace: str | None, name: str | None, body
     """Finalizer: take back the sidecar this guard injected and its PDBs."""
     s = shared()
     try:
-        gs = read_guard_spec(spec)
+        gs = read_guard_spec(spec, sidecar_image=s.sidecar_image)
     except SpecError:
         return
     ns = namespace or ""

@@ -20,19 +20,22 @@ from typing import Any
 import aiohttp
 
 # (apiGroup, resource, verbs): exactly what this module's methods call, plus
-# what kopf itself needs for the MemoryGuard watch, finalizers and peering.
+# what kopf itself needs to watch MemoryGuards (list, watch, patch for its
+# finalizer and progress annotations) and to discover namespaces and CRDs.
+# The chart's RBAC rules must equal this (tests/deploy/test_chart.py).
 API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("memoryguard.io", "memoryguards", ("get", "list", "watch", "patch")),
-    ("memoryguard.io", "memoryguards/status", ("get", "patch")),
-    ("ray.io", "rayclusters", ("get", "list", "watch", "patch")),
-    ("", "pods", ("get", "list", "watch", "patch")),
+    ("memoryguard.io", "memoryguards", ("list", "watch", "patch")),
+    ("memoryguard.io", "memoryguards/status", ("patch",)),
+    ("ray.io", "rayclusters", ("get", "list", "patch")),
+    ("", "pods", ("list", "patch")),
     ("", "pods/eviction", ("create",)),
     ("", "events", ("create",)),
-    ("events.k8s.io", "events", ("create",)),
-    ("policy", "poddisruptionbudgets", ("get", "list", "create", "patch", "delete")),
-    ("kopf.dev", "kopfpeerings", ("get", "list", "watch", "patch")),
-    ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch")),
+    ("policy", "poddisruptionbudgets", ("create", "patch", "delete")),
+)
+# Cluster-scoped reads kopf makes in any mode (not namespaced).
+API_USE_CLUSTER: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "namespaces", ("get", "list", "watch")),
+    ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch")),
 )
 
 RAYCLUSTERS = ("ray.io", "v1", "rayclusters")

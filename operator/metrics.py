@@ -43,6 +43,15 @@ class OperatorMetrics:
                                        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
         self._pod_series: dict[tuple[str, str], set[tuple[str, str, str, str]]] = {}
         self._verdicts: dict[tuple[str, str, str, str], str] = {}
+        self._degraded: dict[tuple[str, str], str] = {}
+
+    def degraded(self, namespace: str, guard: str, reason: str | None) -> None:
+        """One series per guard: 1 with the Degraded reason, or 0 (reason "")."""
+        old = self._degraded.get((namespace, guard))
+        if old is not None and old != (reason or ""):
+            self.guard_degraded.remove(namespace, guard, old)
+        self._degraded[(namespace, guard)] = reason or ""
+        self.guard_degraded.labels(namespace, guard, reason or "").set(1 if reason else 0)
 
     def forget_pods(self, namespace: str, guard: str, keep: set[tuple[str, str]]) -> None:
         """Drop the per-pod series of pods no longer guarded."""

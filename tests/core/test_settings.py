@@ -47,3 +47,11 @@ def test_crd_properties_in_spec_units() -> None:
     assert props["criticalPercent"] == {**props["criticalPercent"], "type": "number", "default": 95,
                                         "minimum": 50, "maximum": 100}
     assert props["horizonSeconds"]["type"] == "integer" and props["horizonSeconds"]["default"] == 7200
+
+
+def test_docs_list_every_setting() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "how-it-works.md").read_text()
+    for s in SETTINGS_TABLE:
+        assert f"`spec.{s.section + '.' if s.section else ''}{s.name}`" in doc, f"{s.name} is not documented"

@@ -1,0 +1,172 @@
+"""The helm chart and the CRD, checked by the real tools: helm 4 (from the
+PyPI package that ships it, fetched once by .ci/k8s-tools), and
+kubernetes-validate for Kubernetes 1.29 through 1.35."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from memoryguard.operator import kube
+from memoryguard.operator.guardspec import read_guard_spec
+
+from ..emulator.api import _strip_k8s_extensions
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "memoryguard"
+VALUES = sorted((ROOT / "examples" / "values").glob("*.yaml"))
+GUARDS = sorted((ROOT / "examples" / "guards").glob("*.yaml"))
+K8S_VERSIONS = [f"1.{m}.0" for m in range(29, 36)]
+NOT_CORE = {"monitoring.coreos.com/v1"}  # Prometheus Operator kinds: no schema in kubernetes-validate
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    out = subprocess.run([str(ROOT / ".ci" / "k8s-tools")], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "VENV": str(Path(os.sys.executable).parents[1])})
+    assert out.returncode == 0, out.stderr
+    return str(Path(out.stdout.strip()) / "helm")
+
+
+def render(helm: str, *args: str) -> list[dict[str, Any]]:
+    out = subprocess.run([helm, "template", "mg", str(CHART), "-n", "memoryguard", *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def test_lint_strict(helm: str) -> None:
+    out = subprocess.run([helm, "lint", "--strict", str(CHART)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "0 chart(s) failed" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("values", [None, *VALUES], ids=["defaults", *[v.stem for v in VALUES]])
+def test_renders_and_validates_on_every_supported_kubernetes(helm: str, values: Path | None) -> None:
+    docs = render(helm, *(["-f", str(values)] if values else []))
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "ServiceAccount", "Service", "ClusterRole"} <= kinds
+    checked = 0
+    for d in docs:
+        if d["apiVersion"] in NOT_CORE:
+            continue
+        for v in K8S_VERSIONS:
+            try:
+                kubernetes_validate.validate(d, v, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                pytest.fail(f"{d['kind']}/{d['metadata']['name']} invalid for Kubernetes {v}: {e.message}")
+        checked += 1
+    assert checked >= 5
+
+
+def test_the_crd_validates_too() -> None:
+    crd = yaml.safe_load((ROOT / "crds" / "memoryguard.io_memoryguards.yaml").read_text())
+    for v in K8S_VERSIONS:
+        kubernetes_validate.validate(crd, v, strict=True)
+
+
+def test_chart_ships_the_same_crd() -> None:
+    assert (CHART / "crds" / "memoryguard.io_memoryguards.yaml").read_bytes() == \
+        (ROOT / "crds" / "memoryguard.io_memoryguards.yaml").read_bytes(), "run `make crds`"
+
+
+def _rules(docs: list[dict[str, Any]], kind: str) -> set[tuple[str, str, str]]:
+    out = set()
+    for d in docs:
+        if d["kind"] == kind:
+            for r in d["rules"]:
+                for g in r["apiGroups"]:
+                    for res in r["resources"]:
+                        for verb in r["verbs"]:
+                            out.add((g, res, verb))
+    return out
+
+
+def _expected(use: tuple[tuple[str, str, tuple[str, ...]], ...]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for g, r, verbs in use for v in verbs}
+
+
+def test_rbac_is_exactly_what_the_code_uses(helm: str) -> None:
+    cluster = render(helm)
+    assert _rules(cluster, "ClusterRole") == _expected(kube.API_USE) | _expected(kube.API_USE_CLUSTER)
+    namespaced = render(helm, "--set", "watchNamespaces={ray-a,ray-b}")
+    assert _rules(namespaced, "ClusterRole") == _expected(kube.API_USE_CLUSTER)
+    roles = [d for d in namespaced if d["kind"] == "Role"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["ray-a", "ray-b"]
+    assert _rules(roles[:1], "Role") == _expected(kube.API_USE)
+    everything = _rules(cluster, "ClusterRole")
+    assert not any("*" in x for t in everything for x in t) and not any(r == "secrets" for _, r, _ in everything)
+
+
+def test_operator_pod_is_restricted(helm: str) -> None:
+    dep = next(d for d in render(helm) if d["kind"] == "Deployment")
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and sc["runAsNonRoot"] and not sc["allowPrivilegeEscalation"]
+    assert sc["capabilities"]["drop"] == ["ALL"] and sc["seccompProfile"]["type"] == "RuntimeDefault"
+    env = {e["name"]: e["value"] for e in c["env"]}
+    assert env["MEMORYGUARD_SIDECAR_IMAGE"] == "ghcr.io/memoryguard/memoryguard-sidecar:0.1.0"
+
+
+def test_network_policy_opens_only_the_sidecar_port_narrowly(helm: str) -> None:
+    pol = next(d for d in render(helm) if d["kind"] == "NetworkPolicy")
+    open_rule, sidecar_rule = pol["spec"]["ingress"]
+    tcp = [p for p in open_rule["ports"] if p["protocol"] == "TCP"]
+    assert [(p["port"], p["endPort"]) for p in tcp] == [(1, 9107), (9109, 65535)]
+    assert sidecar_rule["ports"] == [{"protocol": "TCP", "port": 9108}] and len(sidecar_rule["from"]) == 2
+
+
+@pytest.mark.parametrize("bad", ["logLevel=LOUD", "metrics.port=80", "watchNamespaces={Bad_NS}",
+                                 "image.digest=sha1:abc", "bogus=1"])
+def test_values_schema_rejects_nonsense(helm: str, bad: str) -> None:
+    out = subprocess.run([helm, "template", "mg", str(CHART), "--set", bad], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode != 0 and "values don't meet the specifications of the schema" in out.stderr, out.stderr
+
+
+# -- MemoryGuard examples against the CRD's schema -----------------------------
+@pytest.fixture(scope="module")
+def guard_schema() -> jsonschema.Draft7Validator:
+    crd = yaml.safe_load((ROOT / "crds" / "memoryguard.io_memoryguards.yaml").read_text())
+    return jsonschema.Draft7Validator(_strip_k8s_extensions(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]))
+
+
+@pytest.mark.parametrize("path", GUARDS, ids=[g.stem for g in GUARDS])
+def test_example_guards_are_valid(path: Path, guard_schema: jsonschema.Draft7Validator) -> None:
+    doc = yaml.safe_load(path.read_text())
+    assert list(guard_schema.iter_errors(doc)) == []
+    read_guard_spec(doc["spec"])
+
+
+INVALID = [
+    ({"spec": {}}, "'clusterSelector' is a required property"),
+    ({"spec": {"clusterSelector": {"names": ["Not_DNS"]}}}, "does not match"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "policy": {"criticalPercent": 120}}}, "is greater than the maximum"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "policy": {"horizonSeconds": 60}}}, "is less than the minimum"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "policy": {"horizonSeconds": "2h"}}}, "is not of type 'integer'"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "rotation": {"maxUnavailable": 0}}}, "is less than the minimum"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "rotation": {"enabled": "yes"}}}, "is not of type 'boolean'"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "remediation": {"jemalloc": {"mode": "always"}}}},
+     "is not one of ['off', 'recommend', 'auto']"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "remediation": {"jemalloc": {"libraryPath": "lib.so; rm"}}}},
+     "does not match"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "remediation": {"spilling": {"directories": []}}}},
+     "should be non-empty"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "sidecar": {"port": 80}}}, "is less than the minimum"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "sampling": {"intervalSeconds": 0}}}, "is less than the minimum"),
+]
+
+
+@pytest.mark.parametrize("doc, says", INVALID, ids=[s for _, s in INVALID])
+def test_invalid_guards_are_rejected_with_a_clear_message(doc: dict, says: str,  # type: ignore[type-arg]
+                                                          guard_schema: jsonschema.Draft7Validator) -> None:
+    body = {"apiVersion": "memoryguard.io/v1alpha1", "kind": "MemoryGuard", "metadata": {"name": "x"}, **doc}
+    messages = [e.message for e in guard_schema.iter_errors(body)]
+    assert any(says in m for m in messages), messages
