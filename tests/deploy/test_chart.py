@@ -13,7 +13,6 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-
 from memoryguard.operator import kube
 from memoryguard.operator.guardspec import read_guard_spec
 
@@ -148,7 +147,7 @@ def test_example_guards_are_valid(path: Path, guard_schema: jsonschema.Draft7Val
 INVALID = [
     ({"spec": {}}, "'clusterSelector' is a required property"),
     ({"spec": {"clusterSelector": {"names": ["Not_DNS"]}}}, "does not match"),
-    ({"spec": {"clusterSelector": {"names": ["a"]}, "policy": {"criticalPercent": 120}}}, "is greater than the maximum"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "policy": {"criticalPercent": 120}}}, "greater than the maximum"),
     ({"spec": {"clusterSelector": {"names": ["a"]}, "policy": {"horizonSeconds": 60}}}, "is less than the minimum"),
     ({"spec": {"clusterSelector": {"names": ["a"]}, "policy": {"horizonSeconds": "2h"}}}, "is not of type 'integer'"),
     ({"spec": {"clusterSelector": {"names": ["a"]}, "rotation": {"maxUnavailable": 0}}}, "is less than the minimum"),
