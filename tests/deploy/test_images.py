@@ -1,0 +1,67 @@
+"""The images' install and entrypoint steps without a Docker engine: the
+same ``pip install ".[extra]"`` each Dockerfile runs, into a fresh venv,
+then the entrypoint started and probed."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from ..procs import free_port, get_json, http_get, stop, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _dockerfile_extra(name: str) -> str:
+    text = (ROOT / name).read_text()
+    m = re.search(r'pip install [^\n]*"\.\[(\w+)\]"', text)
+    assert m, f"{name} installs no extra"
+    assert re.search(r"^USER \d+:\d+$", text, re.M), f"{name} must run as a numeric non-root user"
+    assert re.search(r"^FROM \$\{PYTHON_IMAGE\} AS build$", text, re.M) and "python:3.11." in text
+    assert 'ENTRYPOINT ["memoryguard"]' in text
+    return m.group(1)
+
+
+def _fresh_venv(tmp: Path, extra: str) -> Path:
+    venv.create(tmp / "venv", with_pip=True)
+    py = tmp / "venv" / "bin" / "python"
+    out = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile", f"{ROOT}[{extra}]"],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return py
+
+
+def _importable(py: Path, module: str) -> bool:
+    return subprocess.run([str(py), "-c", f"import {module}"], capture_output=True, timeout=120).returncode == 0
+
+
+def test_sidecar_image_install_is_small_and_serves(tmp_path: Path) -> None:
+    py = _fresh_venv(tmp_path, _dockerfile_extra("Dockerfile.sidecar"))
+    for heavy in ("kopf", "kubernetes", "ray", "aiohttp"):
+        assert not _importable(py, heavy), f"the sidecar image would carry {heavy}"
+    port = free_port("127.0.0.61")
+    proc = subprocess.Popen([str(py.parent / "memoryguard"), "sidecar", "--listen", f"127.0.0.61:{port}",
+                             "--cgroup-root", str(ROOT / "tests" / "fixtures" / "cgroup-v2-ray"),
+                             "--ray-metrics-url", "", "--interval", "0.2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.61:{port}"
+        wait_until(lambda: http_get(url + "/healthz", 1)[0] == 200, 20, what="the sidecar's /healthz")
+        assert get_json(url + "/v1/samples")["samples"][0]["memory_current"] == 27380736000
+    finally:
+        assert stop(proc) == 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="linux only")
+def test_operator_image_install_has_its_entrypoint(tmp_path: Path) -> None:
+    py = _fresh_venv(tmp_path, _dockerfile_extra("Dockerfile.operator"))
+    for needed in ("kopf", "kubernetes", "ray._raylet", "memoryguard.operator.handlers"):
+        assert _importable(py, needed), needed
+    out = subprocess.run([str(py.parent / "memoryguard"), "operator", "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "--standalone" in out.stdout
