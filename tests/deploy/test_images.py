@@ -22,7 +22,8 @@ def _dockerfile_extra(name: str) -> str:
     m = re.search(r'pip install [^\n]*"\.\[(\w+)\]"', text)
     assert m, f"{name} installs no extra"
     assert re.search(r"^USER \d+:\d+$", text, re.M), f"{name} must run as a numeric non-root user"
-    assert re.search(r"^FROM \$\{PYTHON_IMAGE\} AS build$", text, re.M) and "python:3.11." in text
+    bases = re.findall(r"^FROM (\S+)", text, re.M)
+    assert len(bases) == 2 and all(re.fullmatch(r"python:3\.11\.\d+-slim-\w+", b) for b in bases), bases
     assert 'ENTRYPOINT ["memoryguard"]' in text
     return m.group(1)
 
