@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup run test lint typecheck unit bench bench-sidecar traces clean
+.PHONY: setup run demo test lint typecheck unit bench bench-sidecar bench-operator crds traces clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -50,3 +50,7 @@ crds: $(STAMP)
 
 bench-operator: $(STAMP)
 	$(BIN)/python benchmarks/operator_scale.py
+
+# The embedded demo: the real operator and sidecars on an emulated cluster.
+demo: $(STAMP)
+	$(BIN)/memoryguard demo

@@ -39,11 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sidecar", help="run the sidecar (reads the Ray container's memory, serves samples)")
     sub.add_parser("record", help="record a sidecar's samples into a trace CSV")
     sub.add_parser("operator", help="run the operator")
+    sub.add_parser("demo", help="the whole system on an emulated cluster, accelerated (from a source checkout)")
     return p
 
 
 # Subcommands with parsers of their own: everything after the name is theirs.
-PASSTHROUGH = ("sidecar", "record", "operator")
+PASSTHROUGH = ("sidecar", "record", "operator", "demo")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,11 +79,28 @@ def _passthrough(command: str, rest: list[str]) -> int:
             from memoryguard.sidecar import record
 
             return record.main(rest)
+        if command == "demo":
+            return _demo(rest)
         from memoryguard.operator import main as operator_main
 
         return operator_main.main(rest)
     except KeyboardInterrupt:
         return 130
+
+
+def _demo(rest: list[str]) -> int:
+    """The demo drives the test emulator (tests/emulator), so it runs from a
+    source checkout (``make demo``), not from an installed wheel."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "tests" / "emulator" / "demo.py").exists():
+        print("memoryguard demo runs from a source checkout of MemoryGuard: `make demo` there", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(root))
+    from tests.emulator import demo
+
+    return int(demo.main(rest))
 
 
 def _bench(args: argparse.Namespace) -> int:
