@@ -31,21 +31,9 @@ def _pointer(path: str) -> list[str]:
     return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
 
 
-def _parent(doc: Any, parts: list[str], path: str) -> tuple[Any, str]:
+def _walk(doc: Any, parts: list[str], path: str) -> Any:
     cur = doc
-    for p in parts[:-1]:
-        if isinstance(cur, dict) and p in cur:
-            cur = cur[p]
-        elif isinstance(cur, list) and p.isdigit() and int(p) < len(cur):
-            cur = cur[int(p)]
-        else:
-            raise PatchError(f"path {path!r} does not exist")
-    return cur, parts[-1]
-
-
-def _get(doc: Any, path: str) -> Any:
-    cur = doc
-    for p in _pointer(path):
+    for p in parts:
         if isinstance(cur, dict) and p in cur:
             cur = cur[p]
         elif isinstance(cur, list) and p.isdigit() and int(p) < len(cur):
@@ -53,6 +41,14 @@ def _get(doc: Any, path: str) -> Any:
         else:
             raise PatchError(f"path {path!r} does not exist")
     return cur
+
+
+def _parent(doc: Any, parts: list[str], path: str) -> tuple[Any, str]:
+    return _walk(doc, parts[:-1], path), parts[-1]
+
+
+def _get(doc: Any, path: str) -> Any:
+    return _walk(doc, _pointer(path), path)
 
 
 def json_patch(doc: Any, ops: Any) -> Any:

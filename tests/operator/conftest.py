@@ -48,6 +48,13 @@ def guard(name: str = "leak-guard", cluster: str = "raycluster-kuberay", **spec:
             "metadata": {"name": name, "namespace": "default"}, "spec": copy.deepcopy(base)}
 
 
+async def start_cluster(w: Any, workers: int) -> None:
+    """Create the RayCluster and wait until KubeRay's stand-in runs its workers."""
+    w.api.put("rayclusters", raycluster(workers=workers))
+    await w.wait_for(lambda: sum(1 for p in w.pods("workergroup") if p["status"].get("phase") == "Running")
+                     == workers, 30, f"{workers} running workers")
+
+
 def by_worker_index(leaking: set[int]) -> Any:
     """trace_for: the n-th worker pod created gets the leak if n in ``leaking``
     (replacements are healthy); the head and others replay healthy traces."""

@@ -10,15 +10,13 @@ import pytest
 
 from ..emulator.api import ApiError
 from ..emulator.world import world
-from .conftest import by_worker_index, guard, raycluster
+from .conftest import by_worker_index, guard, start_cluster
 
 pytestmark = pytest.mark.e2e
 
 
 async def _setup(w) -> str:  # type: ignore[no-untyped-def]
-    w.api.put("rayclusters", raycluster(workers=2))
-    await w.wait_for(lambda: sum(1 for p in w.pods("workergroup") if p["status"].get("phase") == "Running") == 2,
-                     30, "two running workers")
+    await start_cluster(w, 2)
     w.api.put("memoryguards", guard())
     return str(w.kuberay.created[1])
 

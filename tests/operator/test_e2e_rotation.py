@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ..emulator.world import world
-from .conftest import by_worker_index, guard, raycluster
+from .conftest import by_worker_index, guard, start_cluster
 
 pytestmark = pytest.mark.e2e
 LEAK_OOM_S = 28905  # examples/traces/labels.json: leak_steady
@@ -16,9 +16,7 @@ LEAK_OOM_S = 28905  # examples/traces/labels.json: leak_steady
 
 async def test_leaking_worker_is_rotated_before_oom_healthy_never(tmp_path: Path) -> None:
     async with world(tmp_path, by_worker_index({0})) as w:
-        w.api.put("rayclusters", raycluster(workers=3))
-        await w.wait_for(lambda: sum(1 for p in w.pods("workergroup") if p["status"].get("phase") == "Running") == 3,
-                         30, "three running workers")
+        await start_cluster(w, 3)
         leaking = w.kuberay.created[1]  # [0] is the head
         w.api.put("memoryguards", guard())
         await w.start_operator()
@@ -48,9 +46,7 @@ def _starts_and_ends(w) -> list[tuple[str, float]]:  # type: ignore[no-untyped-d
 
 async def test_two_leaks_in_one_group_rotate_one_after_the_other(tmp_path: Path) -> None:
     async with world(tmp_path, by_worker_index({0, 1})) as w:
-        w.api.put("rayclusters", raycluster(workers=3))
-        await w.wait_for(lambda: sum(1 for p in w.pods("workergroup") if p["status"].get("phase") == "Running") == 3,
-                         30, "three running workers")
+        await start_cluster(w, 3)
         leaking = set(w.kuberay.created[1:3])
         w.api.put("memoryguards", guard(rotation={"maxUnavailable": 1, "cooldownSeconds": 0}))
         await w.start_operator()
@@ -63,9 +59,7 @@ async def test_two_leaks_in_one_group_rotate_one_after_the_other(tmp_path: Path)
 
 async def test_pdb_429_delays_never_bypasses(tmp_path: Path) -> None:
     async with world(tmp_path, by_worker_index({0})) as w:
-        w.api.put("rayclusters", raycluster(workers=2))
-        await w.wait_for(lambda: sum(1 for p in w.pods("workergroup") if p["status"].get("phase") == "Running") == 2,
-                         30, "two running workers")
+        await start_cluster(w, 2)
         leaking = w.kuberay.created[1]
         # A budget that allows no disruption at all in the group.
         w.api.put("poddisruptionbudgets", {"metadata": {"name": "no-disruption", "namespace": "default"},
@@ -85,9 +79,7 @@ async def test_pdb_429_delays_never_bypasses(tmp_path: Path) -> None:
 
 async def test_dry_run_changes_nothing(tmp_path: Path) -> None:
     async with world(tmp_path, by_worker_index({0})) as w:
-        w.api.put("rayclusters", raycluster(workers=2))
-        await w.wait_for(lambda: sum(1 for p in w.pods("workergroup") if p["status"].get("phase") == "Running") == 2,
-                         30, "two running workers")
+        await start_cluster(w, 2)
         leaking = w.kuberay.created[1]
         before_pods = {p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in w.pods()}
         before_rc = w.api.get("rayclusters", "default", "raycluster-kuberay")
