@@ -44,16 +44,23 @@ class PodInfo:
         return self.annotations.get(ANN_ROTATE, "").strip().lower() == "now"
 
 
+def _obj(x: Any) -> Mapping[str, Any]:
+    return x if isinstance(x, Mapping) else {}
+
+
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    status = pod.get("status") or {}
-    conds = status.get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-    ann = meta.get("annotations") or {}
+    """Tolerant of any shape: a field of the wrong type reads as absent."""
+    meta = _obj(pod.get("metadata"))
+    labels = _obj(meta.get("labels"))
+    status = _obj(pod.get("status"))
+    raw_conds = status.get("conditions")
+    conds: list[Any] = raw_conds if isinstance(raw_conds, list) else []
+    ready = any(_obj(c).get("type") == "Ready" and _obj(c).get("status") == "True" for c in conds)
+    ann = _obj(meta.get("annotations"))
     return PodInfo(
         name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")), uid=str(meta.get("uid", "")),
-        ip=status.get("podIP") or None, cluster=str(labels.get(LABEL_CLUSTER, "")),
+        ip=status.get("podIP") if isinstance(status.get("podIP"), str) and status.get("podIP") else None,
+        cluster=str(labels.get(LABEL_CLUSTER, "")),
         group=str(labels.get(LABEL_GROUP, "")), is_head=labels.get(LABEL_NODE_TYPE) == "head",
         phase=str(status.get("phase", "")), ready=ready, terminating=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp", "")),

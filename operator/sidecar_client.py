@@ -39,15 +39,19 @@ async def poll(session: aiohttp.ClientSession, ip: str, port: int, since: float 
             body = await r.content.read(MAX_BODY + 1)
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         return Poll((), f"unreachable: {type(exc).__name__} {exc}".strip(), time.monotonic() - t0)
-    latency = time.monotonic() - t0
+    return parse(body, latency_s=time.monotonic() - t0, now_s=now_s, max_future_s=max_future_s)
+
+
+def parse(body: bytes, *, latency_s: float, now_s: float, max_future_s: float = 120.0) -> Poll:
+    """The sidecar's answer, whatever it is, as a Poll. Never raises."""
     if len(body) > MAX_BODY:
-        return Poll((), "response too large", latency)
+        return Poll((), "response too large", latency_s)
     try:
         doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return Poll((), "response is not JSON", latency)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return Poll((), "response is not JSON", latency_s)
     if not isinstance(doc, dict) or not isinstance(doc.get("samples"), list):
-        return Poll((), "response has no samples list", latency)
+        return Poll((), "response has no samples list", latency_s)
     out: list[Sample] = []
     rejected = 0
     for raw in doc["samples"]:
@@ -63,5 +67,5 @@ async def poll(session: aiohttp.ClientSession, ip: str, port: int, since: float 
         out.append(s)
     out.sort(key=lambda s: s.time_s)
     src = doc.get("source")
-    return Poll(tuple(out), None if not rejected else f"{rejected} sample(s) rejected", latency,
+    return Poll(tuple(out), None if not rejected else f"{rejected} sample(s) rejected", latency_s,
                 src if isinstance(src, str) else None, rejected)

@@ -1,0 +1,62 @@
+"""What the operator reads from outside (a sidecar's answer, a pod, its
+status): any input, no exception, and nothing invalid let through."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from memoryguard.core.policy import PodWindow
+from memoryguard.core.settings import PolicySettings
+from memoryguard.operator import podinfo, rotation, sidecar_client
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+                           lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+                           max_leaves=20)
+NOW = 1_800_000_000.0
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=2000))
+def test_sidecar_answer_any_bytes(body: bytes) -> None:
+    p = sidecar_client.parse(body, latency_s=0.01, now_s=NOW)
+    assert p.samples == () or p.error is None or "rejected" in p.error
+
+
+@settings(max_examples=300)
+@given(st.lists(st.dictionaries(st.sampled_from(["time", "memory_current", "memory_max", "inactive_file",
+                                                 "oom_kill", "psi_full_avg10"]), json_values), max_size=8))
+def test_sidecar_samples_are_valid_ordered_and_never_from_the_future(raw: list) -> None:  # type: ignore[type-arg]
+    p = sidecar_client.parse(json.dumps({"samples": raw}).encode(), latency_s=0.0, now_s=NOW)
+    times = [s.time_s for s in p.samples]
+    assert times == sorted(times) and all(t <= NOW + 120 for t in times)
+    assert p.rejected + len(p.samples) == len(raw)
+    w = PodWindow(PolicySettings())
+    for s in p.samples:  # and the policy takes whatever got through
+        w.add(s)
+
+
+def test_truncated_and_garbage_answers() -> None:
+    good = json.dumps({"source": "x", "samples": [{"time": NOW, "memory_current": 5}]}).encode()
+    assert sidecar_client.parse(good, latency_s=0, now_s=NOW).samples[0].memory_current_bytes == 5
+    assert sidecar_client.parse(good[:-7], latency_s=0, now_s=NOW).error == "response is not JSON"
+    assert sidecar_client.parse(b"[]", latency_s=0, now_s=NOW).error == "response has no samples list"
+    skewed = json.dumps({"samples": [{"time": NOW + 86400}]}).encode()
+    p = sidecar_client.parse(skewed, latency_s=0, now_s=NOW)
+    assert p.samples == () and p.rejected == 1
+
+
+@given(st.dictionaries(st.sampled_from(["metadata", "status", "spec"]), json_values))
+def test_pod_info_any_shape(pod: dict) -> None:  # type: ignore[type-arg]
+    info = podinfo.pod_info(pod)
+    assert isinstance(info.name, str) and isinstance(info.annotations, dict)
+    assert info.ip is None or isinstance(info.ip, str)
+    assert not info.user_requested or info.annotations.get(podinfo.ANN_ROTATE, "").strip().lower() == "now"
+
+
+@given(st.dictionaries(st.sampled_from(["pod", "uid", "cluster", "group", "reason", "requestedAt", "phase",
+                                        "evictedAt", "refused", "peers", "lastAttempt"]), json_values))
+def test_in_flight_from_any_status(d: dict) -> None:  # type: ignore[type-arg]
+    r = rotation.InFlight.from_status(d)
+    assert r is None or isinstance(r.requested_at, float)
