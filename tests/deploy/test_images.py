@@ -31,14 +31,16 @@ def _dockerfile_extra(name: str) -> str:
 def _fresh_venv(tmp: Path, extra: str) -> Path:
     venv.create(tmp / "venv", with_pip=True)
     py = tmp / "venv" / "bin" / "python"
+    # From outside the checkout, so what runs is what was installed.
     out = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile", f"{ROOT}[{extra}]"],
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=900, cwd=tmp)
     assert out.returncode == 0, out.stderr[-3000:]
     return py
 
 
 def _importable(py: Path, module: str) -> bool:
-    return subprocess.run([str(py), "-c", f"import {module}"], capture_output=True, timeout=120).returncode == 0
+    return subprocess.run([str(py), "-c", f"import {module}"], capture_output=True, timeout=120,
+                          cwd=py.parents[2]).returncode == 0
 
 
 def test_sidecar_image_install_is_small_and_serves(tmp_path: Path) -> None:
@@ -49,7 +51,7 @@ def test_sidecar_image_install_is_small_and_serves(tmp_path: Path) -> None:
     proc = subprocess.Popen([str(py.parent / "memoryguard"), "sidecar", "--listen", f"127.0.0.61:{port}",
                              "--cgroup-root", str(ROOT / "tests" / "fixtures" / "cgroup-v2-ray"),
                              "--ray-metrics-url", "", "--interval", "0.2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+                            stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
         url = f"http://127.0.0.61:{port}"
         wait_until(lambda: http_get(url + "/healthz", 1)[0] == 200, 20, what="the sidecar's /healthz")
@@ -64,5 +66,5 @@ def test_operator_image_install_has_its_entrypoint(tmp_path: Path) -> None:
     for needed in ("kopf", "kubernetes", "ray._raylet", "memoryguard.operator.handlers"):
         assert _importable(py, needed), needed
     out = subprocess.run([str(py.parent / "memoryguard"), "operator", "--help"], capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, cwd=tmp_path)
     assert out.returncode == 0 and "--standalone" in out.stdout
