@@ -242,7 +242,9 @@ class EmulatedApi(kmock.KubernetesScaffold):
                     raise err
             if request.params.get("watch") in ("true", "1"):
                 return await self._watch(request, k)
-            return _json(await self._serve(request, k))
+            doc = await self._serve(request, k)
+            # Creation (and an eviction) answers 201 Created, as the real server does.
+            return _json(doc, 201 if str(request.method.value).upper() == "POST" else 200)
         except ApiError as e:
             return _json(_status(e.status, e.reason, e.message), e.status)
         except PatchError as e:

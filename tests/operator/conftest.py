@@ -49,10 +49,11 @@ def guard(name: str = "leak-guard", cluster: str = "raycluster-kuberay", **spec:
 
 
 async def start_cluster(w: Any, workers: int) -> None:
-    """Create the RayCluster and wait until KubeRay's stand-in runs its workers."""
+    """Create the RayCluster and wait until KubeRay's stand-in runs all its
+    pods, head included (later status updates would look like changes)."""
     w.api.put("rayclusters", raycluster(workers=workers))
-    await w.wait_for(lambda: sum(1 for p in w.pods("workergroup") if p["status"].get("phase") == "Running")
-                     == workers, 30, f"{workers} running workers")
+    await w.wait_for(lambda: sum(1 for p in w.pods() if p["status"].get("phase") == "Running") == workers + 1,
+                     30, f"the head and {workers} running workers")
 
 
 def by_worker_index(leaking: set[int]) -> Any:

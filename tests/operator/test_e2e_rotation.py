@@ -3,6 +3,7 @@ stand-in + real sidecar processes + the real operator process), at 600x."""
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,10 @@ async def test_leaking_worker_is_rotated_before_oom_healthy_never(tmp_path: Path
         assert pod is None
         started = w.events("WorkerRotationStarted")
         assert len(started) == 1 and "ProjectedOOM" in started[0]["message"]
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{w.metrics_port}/metrics", timeout=5).read().decode()
+        assert ('memoryguard_rotations_total{guard="leak-guard",namespace="default",outcome="rotated",'
+                'reason="ProjectedOOM"} 1.0') in metrics
+        assert 'memoryguard_pods_guarded{guard="leak-guard",namespace="default"} 3.0' in metrics
 
 
 def _starts_and_ends(w) -> list[tuple[str, float]]:  # type: ignore[no-untyped-def]
