@@ -22,7 +22,7 @@ run: $(STAMP)
 	$(BIN)/memoryguard simulate --plot simulate.png examples/traces/leak_steady.csv examples/traces/healthy_gc_sawtooth.csv examples/traces/fragmentation_flattens.csv examples/traces/plasma_never_released.csv
 
 lint: $(STAMP)
-	$(BIN)/ruff check memoryguard core sidecar operator tests benchmarks
+	$(BIN)/ruff check --no-cache memoryguard core sidecar operator tests benchmarks
 
 typecheck: $(STAMP)
 	VENV=$(VENV) .ci/typecheck-tree

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+
 from memoryguard.core import scoring
 from memoryguard.core.settings import PolicySettings, SettingsError
 from memoryguard.core.simulate import Replay, replay

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import yaml
+
 from memoryguard.core.settings import crd_properties
 from memoryguard.operator import guardspec
 

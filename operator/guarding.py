@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
+
 from memoryguard.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide
 from memoryguard.core.settings import PolicySettings
 from memoryguard.operator import patches, rotation, sidecar_client

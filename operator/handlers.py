@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import kopf
+
 from memoryguard.operator import config, crd, guarding, patches
 from memoryguard.operator.clock import Clock
 from memoryguard.operator.drain import NoDrainer, RayGcsDrainer

@@ -27,6 +27,7 @@ def main(argv: Sequence[str]) -> int:
     logging.basicConfig(level=a.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import kopf
+
     from memoryguard.operator import handlers  # noqa: F401  (registers the handlers)
 
     namespaces: list[str] = list(a.namespace)

@@ -13,6 +13,7 @@ import json
 import time
 
 import aiohttp
+
 from memoryguard.core.samples import Sample
 
 MAX_BODY = 16 * 1024 * 1024

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from memoryguard.core.samples import Sample
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from memoryguard.core.samples import Sample
 
 P = "memoryguard_sidecar_"
 

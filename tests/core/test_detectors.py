@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from memoryguard.core.policy import Action, PodWindow, Reason, RotationHistory, decide
 from memoryguard.core.policy.window import HoldTimer
 from memoryguard.core.settings import PolicySettings

@@ -4,6 +4,7 @@ reported at once."""
 from __future__ import annotations
 
 import pytest
+
 from memoryguard.core.settings import SETTINGS_TABLE, PolicySettings, SettingsError, crd_properties
 
 

@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 
 import pytest
+
 from memoryguard.core import commands
 from memoryguard.core.settings import PolicySettings
 from memoryguard.core.tracegen import example_shapes, generate, labels_for

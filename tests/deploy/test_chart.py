@@ -13,6 +13,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+
 from memoryguard.operator import kube
 from memoryguard.operator.guardspec import read_guard_spec
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from memoryguard.operator.drain import RayGcsDrainer
 
 from ..procs import wait_until

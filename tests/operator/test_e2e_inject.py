@@ -7,6 +7,7 @@ import copy
 from pathlib import Path
 
 import pytest
+
 from memoryguard.operator.patches import SIDECAR_NAME
 
 from ..emulator.world import world

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from memoryguard.operator import crd
 from memoryguard.operator.guardspec import SpecError, read_guard_spec
 

@@ -7,6 +7,7 @@ import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memoryguard.core.policy import PodWindow
 from memoryguard.core.settings import PolicySettings
 from memoryguard.operator import podinfo, rotation, sidecar_client

@@ -11,6 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+
 from memoryguard.operator import patches
 from memoryguard.operator.guardspec import Jemalloc, SidecarInjection, Spilling
 

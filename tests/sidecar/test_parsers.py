@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from memoryguard.core.samples import Sample
 from memoryguard.sidecar import parsers
 from memoryguard.sidecar.objectstore import AVAILABLE, USED, WANTED

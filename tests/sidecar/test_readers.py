@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from memoryguard.sidecar import discovery
 from memoryguard.sidecar.cgroup import CgroupV1Reader, CgroupV2Reader
 from memoryguard.sidecar.objectstore import StoreReading
