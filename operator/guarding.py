@@ -108,6 +108,7 @@ class GuardLoop:
             await self.write_status(st.build(generation=generation, clusters=[], pods=[], spec_error=str(e),
                                              missing_clusters=[], rotations=self.rotations_status(),
                                              last_action=self.last_action, now_iso=iso(now), previous=previous))
+            self.s.metrics.degraded(self.namespace, self.name, "InvalidSpec")
             return 30.0
         self.invalid_generation = None
         if self.settings != spec.policy:
