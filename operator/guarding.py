@@ -80,6 +80,7 @@ class GuardLoop:
         self.last_status: dict[str, Any] | None = None
         self.last_action: str | None = None
         self.body: Mapping[str, Any] = {}
+        self.contested: dict[str, str] = {}  # RayCluster -> the older guard that has it
 
     # -- reporting --------------------------------------------------------------
     async def event(self, reason: EventReason, message: str) -> None:
@@ -132,7 +133,8 @@ class GuardLoop:
         views = await self.poll_and_decide(spec, guarded, clusters)
         self.publish_metrics(views, guarded)
         status = st.build(generation=generation, clusters=[c["metadata"]["name"] for c in clusters], pods=views,
-                          spec_error=None, missing_clusters=missing, rotations=self.rotations_status(),
+                          spec_error=None, missing_clusters=missing, contested=self.contested,
+                          rotations=self.rotations_status(),
                           last_action=self.last_action, now_iso=iso(now), previous=previous)
         await self.write_status(status)
         deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
@@ -142,6 +144,10 @@ class GuardLoop:
 
     # -- clusters and pods --------------------------------------------------------
     async def find_clusters(self, spec: GuardSpec) -> tuple[list[dict[str, Any]], list[str]]:
+        """The RayClusters this guard selects and may act on, and the named
+        ones that do not exist. A cluster an older guard also selects is left
+        to that guard (``self.contested``): two guards never rotate one
+        cluster's pods with two sets of budgets."""
         found: dict[str, dict[str, Any]] = {}
         missing = []
         for name in spec.selection.cluster_names:
@@ -155,7 +161,31 @@ class GuardLoop:
             sel = ",".join(f"{k}={v}" for k, v in sorted(spec.selection.cluster_labels.items()))
             for rc in await self.s.kube.list_rayclusters(self.namespace, sel):
                 found[rc["metadata"]["name"]] = rc
+        self.contested = {}
+        if found:
+            for other in await self.s.kube.list_guards(self.namespace):
+                if not self.older(other):
+                    continue
+                try:
+                    sel_other = read_guard_spec(other.get("spec")).selection
+                except SpecError:
+                    continue  # an invalid guard guards nothing
+                for name, rc in list(found.items()):
+                    labels = (rc.get("metadata") or {}).get("labels") or {}
+                    if name in sel_other.cluster_names or (sel_other.cluster_labels and all(
+                            labels.get(k) == v for k, v in sel_other.cluster_labels.items())):
+                        self.contested[name] = other["metadata"]["name"]
+                        del found[name]
         return [found[k] for k in sorted(found)], missing
+
+    def older(self, other: Mapping[str, Any]) -> bool:
+        """Whether ``other`` is another live guard created before this one
+        (ties broken by name): the older guard keeps a contested cluster."""
+        mine, theirs = self.body.get("metadata") or {}, other.get("metadata") or {}
+        if theirs.get("uid") == mine.get("uid") or theirs.get("deletionTimestamp"):
+            return False
+        return (str(theirs.get("creationTimestamp", "")), str(theirs.get("name", ""))) < (
+            str(mine.get("creationTimestamp", "")), str(mine.get("name", "")))
 
     async def reconcile_clusters(self, spec: GuardSpec, clusters: Sequence[dict[str, Any]]) -> None:
         for rc in clusters:

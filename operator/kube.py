@@ -143,6 +143,10 @@ class Kube:
         doc = await self.request("GET", _path(RAYCLUSTERS, namespace), params=params)
         return list(doc.get("items", []))
 
+    async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
+        doc = await self.request("GET", _path(MEMORYGUARDS, namespace))
+        return list(doc.get("items", []))
+
     async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
         return dict(await self.request("GET", _path(RAYCLUSTERS, namespace, name)))
 

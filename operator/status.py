@@ -51,7 +51,7 @@ def pod_status(v: PodView) -> dict[str, Any]:
 
 def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[PodView], spec_error: str | None,
           missing_clusters: Sequence[str], rotations: Mapping[str, Any], last_action: str | None, now_iso: str,
-          previous: Mapping[str, Any]) -> dict[str, Any]:
+          previous: Mapping[str, Any], contested: Mapping[str, str] | None = None) -> dict[str, Any]:
     prev_conds = previous.get("conditions") or []
     unreachable = sorted(p.name for p in pods if p.sidecar_error)
     at_risk = sum(1 for p in pods if p.decision.reason in AT_RISK or p.decision.action is Action.ROTATE)
@@ -59,6 +59,10 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
         degraded = (True, "InvalidSpec", spec_error)
     elif missing_clusters:
         degraded = (True, "ClusterNotFound", f"RayCluster(s) not found: {', '.join(missing_clusters)}")
+    elif contested:
+        degraded = (True, "ClusterGuardedElsewhere", "; ".join(
+            f"RayCluster {c} is guarded by the older MemoryGuard {g}; this guard leaves it alone"
+            for c, g in sorted(contested.items())))
     elif unreachable:
         degraded = (True, "SidecarUnreachable",
                     f"{len(unreachable)} pod(s) without samples: {', '.join(unreachable[:10])}")

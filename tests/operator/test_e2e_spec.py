@@ -45,3 +45,20 @@ async def test_invalid_spec_is_reported_once_and_others_keep_working(tmp_path: P
         w.api.put("memoryguards", fixed)
         await w.wait_for(lambda: _cond(w.api.get("memoryguards", "default", "broken"), "Ready")["status"]  # type: ignore[arg-type]
                          == "True", 30, "the fixed guard to be Ready")
+
+
+async def test_two_guards_on_one_cluster_the_older_one_acts(tmp_path: Path) -> None:
+    async with world(tmp_path, by_worker_index({0})) as w:
+        await start_cluster(w, 2)
+        w.api.put("memoryguards", guard("a-first"))
+        w.api.put("memoryguards", guard("b-second", clusterSelector={"matchLabels": {}, "names": [
+            "raycluster-kuberay"]}, rotation={"maxUnavailable": 2, "cooldownSeconds": 0}))
+        await w.start_operator()
+        await w.wait_for(lambda: w.events("WorkerRotated"), 90, "the rotation")
+        second = w.api.get("memoryguards", "default", "b-second")
+        deg = _cond(second, "Degraded")  # type: ignore[arg-type]
+        assert deg["reason"] == "ClusterGuardedElsewhere" and "a-first" in deg["message"]
+        assert second["status"]["summary"]["pods"] == 0  # type: ignore[index]
+        assert len(w.api.evictions) == 1
+        started = w.events("WorkerRotationStarted")
+        assert len(started) == 1 and started[0]["involvedObject"]["name"] == "a-first"
