@@ -128,8 +128,7 @@ class Sidecar(Routes, sidecar_metrics.StateView):
     # -- Routes ---------------------------------------------------------
     def samples_since(self, since: float | None) -> dict[str, Any]:
         items = [s.to_wire() for s in self.ring if since is None or s.time_s > since]
-        source = f"replay:{os.path.basename(self.args.replay)}" if self.feed else self.sampler.source_name
-        return {"source": source, "samples": items}
+        return {"source": self.source_name(), "samples": items}
 
     def metrics(self) -> bytes:
         return sidecar_metrics.render(self)
@@ -167,7 +166,7 @@ class Sidecar(Routes, sidecar_metrics.StateView):
         return self.taken
 
     def source_name(self) -> str:
-        return self.samples_since(float("inf"))["source"]  # type: ignore[no-any-return]
+        return f"replay:{os.path.basename(self.args.replay)}" if self.feed else self.sampler.source_name
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -180,7 +179,7 @@ async def serve(args: argparse.Namespace) -> int:
                            on_request=lambda path, status: sidecar.http_requests.update([(path, status)]))
     await server.start(args.host, args.port)
     log.info("serving on %s:%d, source %s", args.host, args.port,
-             "replay" if sidecar.feed else sidecar.sampler.source_name)
+             sidecar.source_name())
     try:
         await sidecar.run(stop)
     finally:
