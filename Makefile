@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup run demo test lint typecheck unit bench bench-sidecar bench-operator crds traces clean
+.PHONY: setup run demo test lint typecheck unit faults soak bench bench-sidecar bench-operator crds traces clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -50,6 +50,15 @@ crds: $(STAMP)
 
 bench-operator: $(STAMP)
 	$(BIN)/python benchmarks/operator_scale.py
+
+# The fault matrix alone (it is part of `make test` too); prints the matrix.
+faults: $(STAMP)
+	$(BIN)/pytest -q tests/faults
+
+# About 10 minutes, not in CI: 200 workers, faults at random; exits 1 on any
+# invariant violation.
+soak: $(STAMP)
+	$(BIN)/python benchmarks/soak.py
 
 # The embedded demo: the real operator and sidecars on an emulated cluster.
 demo: $(STAMP)

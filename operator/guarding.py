@@ -18,6 +18,7 @@ import dataclasses
 import datetime
 import json
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -39,6 +40,7 @@ from memoryguard.operator.metrics import OperatorMetrics
 log = logging.getLogger("memoryguard.operator")
 STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})
 POLL_CONCURRENCY = 64
+PDB_RECHECK_S = 600.0  # re-ensure a PodDisruptionBudget this often (someone may have removed it)
 
 
 @dataclasses.dataclass
@@ -65,6 +67,23 @@ def iso(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def desired_replicas(rc: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+    """(cluster, group) -> how many pods KubeRay keeps: 1 head, and per
+    worker group ``replicas`` x ``numOfHosts`` (multi-host groups)."""
+    name = str((rc.get("metadata") or {}).get("name", ""))
+    spec = rc.get("spec") or {}
+    out = {(name, pi.HEAD_GROUP): 1}
+    for g in spec.get("workerGroupSpecs") or []:
+        if not isinstance(g, Mapping) or not isinstance(g.get("groupName"), str):
+            continue
+        try:
+            n = int(g.get("replicas", 0) or 0) * max(1, int(g.get("numOfHosts", 1) or 1))
+        except (TypeError, ValueError):
+            continue
+        out[(name, g["groupName"])] = max(0, n)
+    return out
+
+
 class GuardLoop:
     def __init__(self, shared: Shared, namespace: str, name: str) -> None:
         self.s = shared
@@ -81,6 +100,9 @@ class GuardLoop:
         self.last_action: str | None = None
         self.body: Mapping[str, Any] = {}
         self.contested: dict[str, str] = {}  # RayCluster -> the older guard that has it
+        self.pdbs: dict[str, tuple[int, float]] = {}  # PDB name -> (maxUnavailable, when ensured)
+        self.snapshot: list[pi.PodInfo] = []  # this cycle's pods of the selected clusters
+        self.desired: dict[tuple[str, str], int] = {}  # (cluster, group) -> pods KubeRay keeps
 
     # -- reporting --------------------------------------------------------------
     async def event(self, reason: EventReason, message: str) -> None:
@@ -127,6 +149,8 @@ class GuardLoop:
             log.warning("%s/%s: API error, retrying next cycle: %s", self.namespace, self.name, e)
             return spec.sampling.interval_s
         guarded = [p for p in all_pods if self.is_guarded(spec, p)]
+        self.snapshot = all_pods
+        self.desired = {key: n for c in clusters for key, n in desired_replicas(c).items()}
         self.adopt_annotated(all_pods)
         gcs = {c["metadata"]["name"]: self.gcs_address(c, all_pods) for c in clusters}
         await self.advance_rotations(spec, all_pods, gcs)
@@ -204,9 +228,15 @@ class GuardLoop:
                 for group, _, _ in patches.templates(rc, include_head=False):
                     if spec.selection.worker_groups and group not in spec.selection.worker_groups:
                         continue
+                    pdb = f"memoryguard-{name}-{group}"[:253]
+                    now = self.s.clock.now()
+                    done = self.pdbs.get(pdb)
+                    if done and done[0] == spec.pdb.max_unavailable and now - done[1] < PDB_RECHECK_S:
+                        continue  # ensured lately: no two API calls per group every cycle
                     await self.s.kube.ensure_pdb(
-                        self.namespace, f"memoryguard-{name}-{group}"[:253],
-                        {pi.LABEL_CLUSTER: name, pi.LABEL_GROUP: group}, spec.pdb.max_unavailable, self.owner_ref())
+                        self.namespace, pdb, {pi.LABEL_CLUSTER: name, pi.LABEL_GROUP: group},
+                        spec.pdb.max_unavailable, self.owner_ref())
+                    self.pdbs[pdb] = (spec.pdb.max_unavailable, now)
 
     def owner_ref(self) -> dict[str, Any]:
         meta = self.body.get("metadata") or {}
@@ -250,12 +280,22 @@ class GuardLoop:
     def adopt_annotated(self, pods: Sequence[pi.PodInfo]) -> None:
         """A pod marked by this guard but missing from status: the operator
         stopped between marking it and writing the status. Resume it."""
-        assert self.inflight is not None
+        assert self.inflight is not None and self.settings is not None
         for p in pods:
             if p.annotations.get(pi.ANN_GUARD) == self.name and p.rotation_phase and p.uid not in self.inflight:
+                # Marks anyone with pod patch rights could have written: adopt
+                # them only at a known step and within the group's budget, so
+                # annotations alone can never drive more evictions at once.
+                in_group = sum(1 for r in self.inflight.values() if (r.cluster, r.group) == (p.cluster, p.group))
+                if p.rotation_phase not in rotation.PHASES or in_group >= self.settings.max_unavailable:
+                    log.warning("%s/%s: rotation marks on %s (phase %r) not adopted: unknown step or the group "
+                                "is at maxUnavailable", self.namespace, self.name, p.name, p.rotation_phase[:40])
+                    continue
                 try:
                     at = float(p.annotations.get(pi.ANN_REQUESTED_AT, ""))
                 except ValueError:
+                    at = self.s.clock.now()
+                if not math.isfinite(at):
                     at = self.s.clock.now()
                 self.inflight[p.uid] = rotation.InFlight(
                     pod=p.name, uid=p.uid, cluster=p.cluster, group=p.group,
@@ -273,10 +313,17 @@ class GuardLoop:
         changed = False
         for uid, rot in list(self.inflight.items()):
             before = (rot.phase, rot.refused)
-            out = await rotation.advance(
-                rot, kube=self.s.kube, drainer=self.s.drainer, pods=pods, gcs_address=gcs.get(rot.cluster),
-                drain_timeout_s=spec.policy.drain_timeout_s, replacement_timeout_s=spec.replacement_timeout_s,
-                now=self.s.clock.now(), report=self.event)
+            try:
+                out = await rotation.advance(
+                    rot, kube=self.s.kube, drainer=self.s.drainer, pods=pods, gcs_address=gcs.get(rot.cluster),
+                    drain_timeout_s=spec.policy.drain_timeout_s, replacement_timeout_s=spec.replacement_timeout_s,
+                    now=self.s.clock.now(), report=self.event)
+            except ApiError as e:
+                # The step is repeated next cycle (each is idempotent); the
+                # other rotations go on.
+                log.warning("%s/%s: rotation of %s stays %s for now: %s", self.namespace, self.name, rot.pod,
+                            rot.phase, e)
+                continue
             if out.message and not (out.done or out.failed):
                 log.warning("%s/%s: %s", self.namespace, self.name, out.message)
                 self.s.metrics.evictions_refused.labels(self.namespace, self.name).inc()
@@ -310,9 +357,24 @@ class GuardLoop:
             float(r.get("requestedAt") or 0) for r in self.recent if (r.get("cluster"), r.get("group")) == group_key]
         return RotationHistory(
             is_head=p.is_head, pod_rotation_in_flight=p.uid in self.inflight or bool(p.rotation_phase) or p.terminating,
-            group_in_flight=in_group, group_last_rotation_s=max(group_starts) if group_starts else None,
+            group_in_flight=in_group, group_short=self.group_short(p.cluster, p.group),
+            group_last_rotation_s=max(group_starts) if group_starts else None,
             guard_rotations_last_hour=sum(1 for t in starts if now - t < 3600) + sum(extra.values()),
             remediation_advised=False, user_requested=p.user_requested)
+
+    def group_short(self, cluster: str, group: str) -> int:
+        """Ready pods the group lacks, rotations in flight aside: the
+        RayCluster's replicas for the group, less its pods that are ready,
+        not going and not rotating. 0 when the group is unknown."""
+        assert self.inflight is not None
+        wanted = self.desired.get((cluster, group))
+        if wanted is None:
+            return 0
+        rotating = sum(1 for r in self.inflight.values() if (r.cluster, r.group) == (cluster, group))
+        available = sum(1 for q in self.snapshot if q.cluster == cluster and q.group == group and q.ready
+                        and q.phase == "Running" and not q.terminating and not q.rotation_phase
+                        and q.uid not in self.inflight)
+        return max(0, wanted - available - rotating)
 
     # -- sampling and deciding -------------------------------------------------------
     async def poll_and_decide(self, spec: GuardSpec, pods: Sequence[pi.PodInfo],
@@ -340,7 +402,8 @@ class GuardLoop:
                 since = track.window.last.time_s if track.window.last else None
                 async with sem:
                     res = await sidecar_client.poll(self.s.http, p.ip, spec.sampling.sidecar_port, since,
-                                                    timeout_s=spec.sampling.timeout_s, now_s=self.s.clock.now())
+                                                    timeout_s=spec.sampling.timeout_s, now_s=self.s.clock.now(),
+                                                    pod_uid=p.uid)
                 self.s.metrics.poll_seconds.labels(self.namespace, self.name).observe(res.latency_s)
                 if res.error and not res.samples:
                     self.s.metrics.poll_errors.labels(self.namespace, self.name).inc()

@@ -10,6 +10,7 @@ evicts (``POST .../eviction``, honouring PodDisruptionBudgets).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import ssl
@@ -37,6 +38,11 @@ API_USE_CLUSTER: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "namespaces", ("get", "list", "watch")),
     ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch")),
 )
+
+# An Event refused by a busy or failing API server (429, 5xx, no answer) is
+# tried again after each of these delays (seconds), then dropped: as
+# client-go's recorder does, reporting retries a little but never blocks.
+EVENT_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0)
 
 RAYCLUSTERS = ("ray.io", "v1", "rayclusters")
 MEMORYGUARDS = ("memoryguard.io", "v1alpha1", "memoryguards")
@@ -220,7 +226,11 @@ class Kube:
             "source": {"component": "memoryguard"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
             "reportingComponent": "memoryguard.io/operator", "reportingInstance": "memoryguard",
         }
-        try:
-            await self.request("POST", f"/api/v1/namespaces/{namespace}/events", json=body)
-        except ApiError:
-            pass
+        for delay in (*EVENT_RETRY_DELAYS_S, None):
+            try:
+                await self.request("POST", f"/api/v1/namespaces/{namespace}/events", json=body)
+                return
+            except ApiError as e:
+                if delay is None or (e.status not in (0, 429) and e.status < 500):
+                    return  # out of tries, or refused for good (403, 422): nothing a retry mends
+            await asyncio.sleep(delay)

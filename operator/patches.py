@@ -130,7 +130,11 @@ def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: 
         "args": ["sidecar", "--listen", f"0.0.0.0:{s.port}"],
         "ports": [{"name": "mg-sidecar", "containerPort": s.port, "protocol": "TCP"}],
         "env": [{"name": "MEMORYGUARD_MEMORY_LIMIT_BYTES", "valueFrom": {"resourceFieldRef": {
-            "containerName": ray_container_name, "resource": "limits.memory"}}}],
+            "containerName": ray_container_name, "resource": "limits.memory"}}},
+                # Sent with every answer: the operator drops samples from a pod
+                # that is not the one it asked (an IP taken over by another pod).
+                {"name": "MEMORYGUARD_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                {"name": "MEMORYGUARD_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         "resources": {"requests": {"cpu": s.cpu_request, "memory": s.memory_request},
                       "limits": {"memory": s.memory_limit}},
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": s.port}, "periodSeconds": 10},

@@ -17,6 +17,7 @@ ANN_ROTATE = "memoryguard.io/rotate"  # set by a user: "now"
 LABEL_CLUSTER = "ray.io/cluster"
 LABEL_NODE_TYPE = "ray.io/node-type"
 LABEL_GROUP = "ray.io/group"
+HEAD_GROUP = "headgroup"  # KubeRay labels the head pod with this group name
 LABEL_IS_RAY_NODE = "ray.io/is-ray-node"
 
 

@@ -20,6 +20,7 @@ from memoryguard.operator.events import EventReason
 from memoryguard.operator.kube import ApiError, Kube
 
 Report = Callable[[EventReason, str], Awaitable[None]]
+PHASES = ("draining", "evicting", "replacing")  # the steps, in order
 
 
 @dataclasses.dataclass
@@ -47,6 +48,8 @@ class InFlight:
 
     @classmethod
     def from_status(cls, d: Mapping[str, Any]) -> InFlight | None:
+        if d.get("phase") not in PHASES:
+            return None
         try:
             return cls(pod=str(d["pod"]), uid=str(d["uid"]), cluster=str(d["cluster"]), group=str(d["group"]),
                        reason=str(d.get("reason", "")), requested_at=float(d["requestedAt"]),

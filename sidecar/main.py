@@ -60,6 +60,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="replay: unix time at which the accelerated clock equals the wall clock (default: now)")
     p.add_argument("--start", type=float, default=_env("start", None),
                    help="replay: time on that clock at which the trace begins (default: the clock's now)")
+    p.add_argument("--pod-uid", default=_env("pod_uid", ""),
+                   help="this pod's uid (downward API), sent with the samples so the operator can tell an "
+                        "answer from a pod that took over the IP")
+    p.add_argument("--pod-name", default=_env("pod_name", ""), help="this pod's name (downward API), likewise")
     p.add_argument("--log-level", default=_env("log_level", "INFO"))
     a = p.parse_args(list(argv))
     host, sep, port = a.listen.rpartition(":")
@@ -128,7 +132,10 @@ class Sidecar(Routes, sidecar_metrics.StateView):
     # -- Routes ---------------------------------------------------------
     def samples_since(self, since: float | None) -> dict[str, Any]:
         items = [s.to_wire() for s in self.ring if since is None or s.time_s > since]
-        return {"source": self.source_name(), "samples": items}
+        doc: dict[str, Any] = {"source": self.source_name(), "samples": items}
+        if self.args.pod_uid or self.args.pod_name:
+            doc["pod"] = {"uid": self.args.pod_uid, "name": self.args.pod_name}
+        return doc
 
     def metrics(self) -> bytes:
         return sidecar_metrics.render(self)

@@ -98,6 +98,10 @@ def _gate(settings: PolicySettings, history: RotationHistory, now_s: float) -> s
     if history.group_in_flight >= settings.max_unavailable:
         return (f"{history.group_in_flight} pod(s) of the group already rotating "
                 f"(maxUnavailable {settings.max_unavailable})")
+    if history.group_in_flight + history.group_short >= settings.max_unavailable:
+        return (f"the group is short of {history.group_short} ready pod(s)"
+                + (f" and {history.group_in_flight} rotating" if history.group_in_flight else "")
+                + f" (maxUnavailable {settings.max_unavailable})")
     if history.group_last_rotation_s is not None and now_s - history.group_last_rotation_s < settings.cooldown_s:
         left = settings.cooldown_s - (now_s - history.group_last_rotation_s)
         return f"group cooling down for another {fmt_duration(left)}"

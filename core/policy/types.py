@@ -80,6 +80,10 @@ class RotationHistory:
     is_head: bool = False
     pod_rotation_in_flight: bool = False
     group_in_flight: int = 0  # pods of this group rotating now
+    # Pods the group is short of, rotations aside: missing (not yet replaced)
+    # or not ready. They count against maxUnavailable like rotations do, so a
+    # group KubeRay has not refilled is not thinned further.
+    group_short: int = 0
     group_last_rotation_s: float | None = None
     guard_rotations_last_hour: int = 0
     remediation_advised: bool = False  # a plateau was already reported

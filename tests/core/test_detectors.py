@@ -158,6 +158,12 @@ def _leaking_window() -> PodWindow:
          "maxUnavailable 1"),
         (PolicySettings(max_unavailable=2), RotationHistory(group_in_flight=1), Action.ROTATE,
          Reason.PROJECTED_OOM, ""),
+        # A group KubeRay has not refilled (a failed replacement, a crashed pod) counts as unavailable.
+        (PolicySettings(), RotationHistory(group_short=1), Action.NONE, Reason.ROTATION_DEFERRED,
+         "short of 1 ready pod(s) (maxUnavailable 1)"),
+        (PolicySettings(max_unavailable=2), RotationHistory(group_in_flight=1, group_short=1), Action.NONE,
+         Reason.ROTATION_DEFERRED, "short of 1 ready pod(s) and 1 rotating"),
+        (PolicySettings(max_unavailable=2), RotationHistory(group_short=1), Action.ROTATE, Reason.PROJECTED_OOM, ""),
         (PolicySettings(), RotationHistory(group_last_rotation_s=10.5 * H - 60), Action.NONE,
          Reason.ROTATION_DEFERRED, "cooling down"),
         (PolicySettings(), RotationHistory(guard_rotations_last_hour=4), Action.NONE, Reason.ROTATION_DEFERRED,

@@ -27,7 +27,13 @@ NOT modelled: authentication and RBAC, admission webhooks, defaulting from
 schemas, server-side apply, pagination (``limit``/``continue``), pod
 lifecycle (nothing runs: ``tests/emulator/kuberay.py`` plays KubeRay and the
 kubelet), grace periods, garbage collection by ownerReferences, API priority
-and fairness. ``faults`` lets a test inject errors into any request.
+and fairness.
+
+For fault tests: ``faults`` can answer any request with an error or delay
+it; ``drop_watches()`` ends every open watch stream (as a server restart or a
+load balancer would); ``expire_history()`` forgets the history, so a watch
+resumed from an older resourceVersion gets ``410 Gone``; ``observers`` see
+every change (and each eviction before the pod goes), for invariant checks.
 """
 
 from __future__ import annotations
@@ -83,7 +89,13 @@ class ApiError(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
-Fault = Callable[[kmock.Request], "ApiError | None"]
+# A fault looks at a request and answers an error (raised to the client), a
+# delay in seconds (the request is then served), or None (no fault).
+Fault = Callable[[kmock.Request], "ApiError | float | None"]
+# An observer sees (plural, event type, object) for every change; event
+# type "EVICTING" comes before an evicted pod is deleted.
+Observer = Callable[[str, str, dict[str, Any]], None]
+_DROP = (-1, "DROP", {})
 
 
 def now_iso() -> str:
@@ -99,6 +111,8 @@ class EmulatedApi(kmock.KubernetesScaffold):
         factory=lambda: collections.deque(maxlen=HISTORY))  # (rv, plural, type, object)
     watchers: list[tuple[str, asyncio.Queue[tuple[int, str, dict[str, Any]]]]] = attrs.field(factory=list)
     faults: list[Fault] = attrs.field(factory=list)
+    observers: list[Observer] = attrs.field(factory=list)
+    oldest_rv: int = 0  # watches from before this are 410 Gone (expire_history)
     evictions: list[tuple[str, str, float]] = attrs.field(factory=list)  # (namespace, pod, wall time) evicted
     deletes: list[tuple[str, str, str]] = attrs.field(factory=list)  # (plural, namespace, name) plain deletes
     changed: asyncio.Event = attrs.field(factory=asyncio.Event)
@@ -201,7 +215,22 @@ class EmulatedApi(kmock.KubernetesScaffold):
         for p, q in self.watchers:
             if p == plural:
                 q.put_nowait((self.rv, event, snapshot))
+        for observe in self.observers:
+            observe(plural, event, snapshot)
         self.changed.set()
+
+    # -- faults ---------------------------------------------------------------
+    def drop_watches(self) -> int:
+        """End every open watch stream now; returns how many."""
+        for _, q in self.watchers:
+            q.put_nowait(_DROP)
+        return len(self.watchers)
+
+    def expire_history(self) -> None:
+        """Forget the change history: resuming a watch from any earlier
+        resourceVersion now answers 410 Gone, and the client must re-list."""
+        self.history.clear()
+        self.oldest_rv = self.rv
 
     def _validate(self, k: Kind, obj: dict[str, Any]) -> None:
         errors = sorted(_validator(k).iter_errors(obj), key=lambda e: list(e.path))
@@ -238,8 +267,10 @@ class EmulatedApi(kmock.KubernetesScaffold):
         try:
             for fault in list(self.faults):
                 err = fault(request)
-                if err is not None:
+                if isinstance(err, ApiError):
                     raise err
+                if err:
+                    await asyncio.sleep(err)  # a slow answer
             if request.params.get("watch") in ("true", "1"):
                 return await self._watch(request, k)
             doc = await self._serve(request, k)
@@ -345,7 +376,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
         if since and since != "0":
             since_rv = int(since) if since.isdigit() else 0
             oldest = self.history[0][0] if self.history else self.rv
-            if since_rv < oldest - 1 and since_rv < self.rv:
+            if (since_rv < oldest - 1 and since_rv < self.rv) or since_rv < self.oldest_rv:
                 gone = True
             backlog = [(rv, t, o) for rv, p, t, o in self.history if p == k.plural and rv > since_rv]
         else:
@@ -357,7 +388,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
         try:
             if gone:
                 await resp.write(json.dumps({"type": "ERROR", "object": _status(
-                    410, "Expired", f"too old resource version: {since} ({self.history[0][0]})")}).encode() + b"\n")
+                    410, "Expired", f"too old resource version: {since} ({oldest})")}).encode() + b"\n")
                 return resp
             for _, t, o in backlog:
                 if wanted(o):
@@ -372,6 +403,8 @@ class EmulatedApi(kmock.KubernetesScaffold):
                     rv, t, o = await asyncio.wait_for(queue.get(), left)
                 except TimeoutError:
                     break
+                if t == "DROP":
+                    break  # drop_watches(): the stream just ends
                 if rv <= seen or not wanted(o):
                     continue
                 await resp.write(json.dumps({"type": t, "object": o}).encode() + b"\n")
@@ -399,6 +432,8 @@ class EmulatedApi(kmock.KubernetesScaffold):
                 raise ApiError(429, "TooManyRequests",
                                "Cannot evict pod as it would violate the pod's disruption budget.")
         self.evictions.append((ns, name, time.time()))
+        for observe in self.observers:
+            observe("pods", "EVICTING", copy.deepcopy(pod))
         self._delete(self.kind_of("pods"), key)
         return _status(201, "", "evicted") | {"status": "Success"}
 

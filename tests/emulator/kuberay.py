@@ -45,6 +45,7 @@ class KubeRayStandIn:
     start_pod: StartPod
     namespace: str = "default"
     replace_delay_s: float | None = 0.2
+    ip_prefix: str = "127.1"  # pods get <prefix>.x.y
     next_ip: itertools.count = dataclasses.field(default_factory=lambda: itertools.count(2))  # type: ignore[type-arg]
     procs: dict[str, PodProcess] = dataclasses.field(default_factory=dict)  # pod uid -> process
     created: list[str] = dataclasses.field(default_factory=list)  # pod names, in creation order
@@ -54,7 +55,7 @@ class KubeRayStandIn:
     def ip(self) -> str:
         """A distinct loopback address per pod: 127.1.0.2, 127.1.0.3, ..."""
         n = next(self.next_ip)
-        return f"127.1.{n // 250}.{n % 250 + 2}"
+        return f"{self.ip_prefix}.{n // 250}.{n % 250 + 2}"
 
     async def run(self, stop: asyncio.Event) -> None:
         try:

@@ -23,6 +23,7 @@ import yaml
 
 from .api import EmulatedApi
 from .kuberay import KubeRayStandIn
+from .sidecar_faults import SidecarProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
@@ -44,8 +45,8 @@ def load_crds(api: EmulatedApi) -> None:
 class SidecarProcess:
     """A real ``memoryguard sidecar --replay`` at the pod's IP."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, url: str, start_clock: float) -> None:
-        self.proc, self.url, self.start_clock = proc, url, start_clock
+    def __init__(self, proc: asyncio.subprocess.Process, url: str, start_clock: float, trace: Path) -> None:
+        self.proc, self.url, self.start_clock, self.trace = proc, url, start_clock, trace
 
     async def ready(self) -> bool:
         for _ in range(100):
@@ -80,25 +81,36 @@ class World:
     speed: float
     epoch: float
     workdir: Path
-    trace_for: Callable[[dict[str, Any]], Path]
+    trace_for: Callable[[dict[str, Any]], Any]  # pod -> trace path, or (trace path, seconds already lived)
     sidecars: dict[str, SidecarProcess] = dataclasses.field(default_factory=dict)  # pod name -> process
     operators: list[asyncio.subprocess.Process] = dataclasses.field(default_factory=list)
     metrics_port: int = 0
+    proxied: bool = False  # a SidecarProxy (fault injection) in front of each sidecar
+    proxies: dict[str, SidecarProxy] = dataclasses.field(default_factory=dict)  # pod name -> proxy
 
     def clock(self, wall: float | None = None) -> float:
         return self.epoch + ((time.time() if wall is None else wall) - self.epoch) * self.speed
 
     async def start_pod(self, pod: dict[str, Any]) -> SidecarProcess:
-        ip = pod["status"]["podIP"]
-        trace = self.trace_for(pod)
-        start = self.clock()
-        log = open(self.workdir / f"sidecar-{pod['metadata']['name']}.log", "wb")  # noqa: SIM115
+        ip, name = pod["status"]["podIP"], pod["metadata"]["name"]
+        chosen = self.trace_for(pod)
+        # A trace, or (trace, seconds of it already lived): the sidecar then
+        # starts with that much history in its buffer, as after a long run.
+        trace, lived = chosen if isinstance(chosen, tuple) else (chosen, 0.0)
+        start = self.clock() - lived
+        port = SIDECAR_PORT + 1 if self.proxied else SIDECAR_PORT
+        log = open(self.workdir / f"sidecar-{name}.log", "wb")  # noqa: SIM115
         proc = await asyncio.create_subprocess_exec(
-            str(BIN / "memoryguard"), "sidecar", "--listen", f"{ip}:{SIDECAR_PORT}", "--replay", str(trace),
+            str(BIN / "memoryguard"), "sidecar", "--listen", f"{ip}:{port}", "--replay", str(trace),
             "--speed", str(self.speed), "--epoch", str(self.epoch), "--start", str(start),
-            "--interval", "1", "--window", "21600", stdout=log, stderr=log)
-        sc = SidecarProcess(proc, f"http://{ip}:{SIDECAR_PORT}", start)
-        self.sidecars[pod["metadata"]["name"]] = sc
+            "--interval", "1", "--window", "21600", "--pod-uid", pod["metadata"]["uid"], "--pod-name", name,
+            stdout=log, stderr=log)
+        sc = SidecarProcess(proc, f"http://{ip}:{port}", start, Path(trace))
+        self.sidecars[name] = sc
+        if self.proxied:
+            proxy = SidecarProxy(ip, SIDECAR_PORT, port, self.clock)
+            await proxy.start()
+            self.proxies[name] = proxy
         return sc
 
     async def start_operator(self, *, extra_env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
@@ -147,8 +159,8 @@ class World:
 
 
 @contextlib.asynccontextmanager
-async def world(workdir: Path, trace_for: Callable[[dict[str, Any]], Path], *, speed: float = 600.0,
-                replace_delay_s: float | None = 0.3) -> AsyncIterator[World]:
+async def world(workdir: Path, trace_for: Callable[[dict[str, Any]], Any], *, speed: float = 600.0,
+                replace_delay_s: float | None = 0.3, proxied: bool = False) -> AsyncIterator[World]:
     api = EmulatedApi()
     load_crds(api)
     api.put("namespaces", {"metadata": {"name": "default"}})
@@ -162,7 +174,7 @@ async def world(workdir: Path, trace_for: Callable[[dict[str, Any]], Path], *, s
             "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "emulator",
                                                           "namespace": "default"}}]}))
         w = World(api=api, server_url=url, kubeconfig=kubeconfig, kuberay=None, speed=speed,  # type: ignore[arg-type]
-                  epoch=time.time(), workdir=workdir, trace_for=trace_for)
+                  epoch=time.time(), workdir=workdir, trace_for=trace_for, proxied=proxied)
         w.kuberay = KubeRayStandIn(api, w.start_pod, replace_delay_s=replace_delay_s)
         stop = asyncio.Event()
         task = asyncio.create_task(w.kuberay.run(stop))
@@ -173,6 +185,8 @@ async def world(workdir: Path, trace_for: Callable[[dict[str, Any]], Path], *, s
                 await w.stop_operator(op)
             stop.set()
             await task
+            for proxy in w.proxies.values():
+                await proxy.close()
             for sc in w.sidecars.values():
                 sc.stop()
             for sc in w.sidecars.values():

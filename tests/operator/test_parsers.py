@@ -61,3 +61,43 @@ def test_pod_info_any_shape(pod: dict) -> None:  # type: ignore[type-arg]
 def test_in_flight_from_any_status(d: dict) -> None:  # type: ignore[type-arg]
     r = rotation.InFlight.from_status(d)
     assert r is None or isinstance(r.requested_at, float)
+
+
+def _sample(t: float) -> dict[str, object]:
+    return {"time": t, "memory_current": 5, "memory_max": 10, "working_set": 4}
+
+
+def test_answer_from_another_pod_is_dropped() -> None:
+    body = json.dumps({"pod": {"uid": "u-other", "name": "w-other"}, "samples": [_sample(NOW)]}).encode()
+    p = sidecar_client.parse(body, latency_s=0, now_s=NOW, pod_uid="u-mine")
+    assert p.samples == () and p.error is not None and "w-other" in p.error
+    assert len(sidecar_client.parse(body, latency_s=0, now_s=NOW, pod_uid="u-other").samples) == 1
+    # A sidecar that names no pod is believed (run by hand, older version).
+    anon = json.dumps({"samples": [_sample(NOW)]}).encode()
+    assert len(sidecar_client.parse(anon, latency_s=0, now_s=NOW, pod_uid="u-mine").samples) == 1
+
+
+async def test_a_large_answer_arriving_in_pieces_is_read_whole() -> None:
+    """The first poll after a restart brings hours of samples; they come in
+    several TCP reads and must all be read (a single read gets a part)."""
+    import asyncio
+
+    import aiohttp
+
+    body = json.dumps({"samples": [_sample(NOW - 3000 + i) for i in range(3000)]}).encode()
+
+    async def dribble(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body))
+        for i in range(0, len(body), 50_000):
+            writer.write(body[i:i + 50_000])
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        writer.close()
+
+    server = await asyncio.start_server(dribble, "127.0.0.31", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, aiohttp.ClientSession() as s:
+        p = await sidecar_client.poll(s, "127.0.0.31", port, None, timeout_s=5, now_s=NOW)
+    assert p.error is None and len(p.samples) == 3000

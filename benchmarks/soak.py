@@ -1,0 +1,324 @@
+"""``make soak``: a bounded soak (about 10 minutes, not in CI).
+
+The world: the emulated API and the KubeRay stand-in (tests/emulator) in
+this process; 200 worker pods in 4 RayClusters of 50, each at its own
+loopback address (127.3.x.y); one process here plays all their sidecars,
+replaying the project's example traces (a mix of healthy and leaking ones,
+each pod a random time into its trace); one MemoryGuard per RayCluster; the
+real operator as a process. The clock runs 60x, so 10 minutes are 10 hours.
+
+Faults at random all along: 5% of API calls answer 429/500/503, 5% are
+0.2-1 s late, watches are dropped every 20-60 s; every 15 s a few sidecars
+go down, slow, hang or answer garbage, truncated or skewed JSON for 10-60 s.
+
+The referee (tests/emulator/referee.py) counts breaches of the rules from
+the API's side. Printed: rotations, failures, false rotations (a healthy
+trace rotated), leaks that reached their OOM unrotated, invariant violations
+(must be 0), and the operator's RSS after warm-up and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import dataclasses
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import kmock  # noqa: E402
+import yaml  # noqa: E402
+
+from memoryguard.core import commands  # noqa: E402
+from memoryguard.core.samples import Sample  # noqa: E402
+from memoryguard.core.traces import read_trace  # noqa: E402
+from memoryguard.sidecar.replay import ReplayFeed  # noqa: E402
+from tests.emulator.api import ApiError, EmulatedApi  # noqa: E402
+from tests.emulator.kuberay import KubeRayStandIn  # noqa: E402
+from tests.emulator.referee import Referee  # noqa: E402
+from tests.emulator.sidecar_faults import Mode  # noqa: E402
+from tests.emulator.world import load_crds  # noqa: E402
+
+PORT = 19308
+STALE_AFTER_S = 1800.0
+SIDECAR_FAULTS = (Mode.DOWN, Mode.SLOW, Mode.HANG, Mode.GARBAGE, Mode.TRUNCATED, Mode.SKEWED)
+
+
+@dataclasses.dataclass
+class FakeSidecar:
+    """One pod's sidecar, played in this process: the trace replayed on the
+    shared clock, served at the pod's IP, with a fault mode."""
+
+    name: str
+    uid: str
+    ip: str
+    feed: ReplayFeed
+    ring: collections.deque[Sample] = dataclasses.field(default_factory=lambda: collections.deque(maxlen=4000))
+    mode: Mode = Mode.OK
+    server: asyncio.Server | None = None
+    last_good: float | None = None
+    stopped: bool = False
+
+    async def ready(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+    async def listen(self) -> None:
+        if self.server is None and not self.stopped:
+            self.server = await asyncio.start_server(self.handle, self.ip, PORT, reuse_address=True)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        mode = self.mode
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            if mode is Mode.HANG:
+                while self.mode is Mode.HANG and not self.stopped:
+                    await asyncio.sleep(0.5)
+                return
+            if mode is Mode.SLOW:
+                await asyncio.sleep(6)
+            target = head.split(b" ", 2)[1].decode()
+            since = float(target.split("since=", 1)[1]) if "since=" in target else None
+            now = time.time()
+            self.ring.extend(self.feed.due(now))
+            samples = [s.to_wire() for s in self.ring if since is None or s.time_s > since]
+            clock = self.feed.clock(now)
+            if mode is Mode.SKEWED:
+                samples.reverse()
+                for i, s in enumerate(samples):
+                    if i % 3 == 0:
+                        s["time"] = float(s["time"]) + 86400.0
+            body = json.dumps({"source": "soak", "pod": {"uid": self.uid, "name": self.name},
+                               "samples": samples}).encode()
+            if mode is Mode.GARBAGE:
+                body = os.urandom(200)
+            elif mode is Mode.TRUNCATED:
+                body = body[: len(body) // 2]
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            await writer.drain()
+            if mode in (Mode.OK, Mode.SKEWED) and samples:
+                self.last_good = clock
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError,
+                IndexError):
+            pass
+        finally:
+            writer.close()
+
+    async def set_mode(self, mode: Mode) -> None:
+        self.mode = mode
+        if mode is Mode.DOWN and self.server is not None:
+            self.server.close()
+            self.server = None
+        elif mode is not Mode.DOWN:
+            await self.listen()
+
+
+def rss_mib(pid: int) -> float:
+    return next(int(x.split()[1]) for x in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if x.startswith("VmRSS")) / 1024
+
+
+async def soak(minutes: float, workers: int, speed: float, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    labels = json.loads((commands.EXAMPLES_DIR / "labels.json").read_text())
+    traces = {name: read_trace(commands.EXAMPLES_DIR / f"{name}.csv") for name in labels}
+    healthy = sorted(n for n, v in labels.items() if v["kind"] == "healthy")
+    leaks = sorted(n for n, v in labels.items() if v["kind"] != "healthy")
+    epoch = time.time()
+    api = EmulatedApi()
+    load_crds(api)
+    api.put("namespaces", {"metadata": {"name": "default"}})
+    sidecars: dict[str, FakeSidecar] = {}  # pod name -> sidecar
+    truth: dict[str, tuple[str, float]] = {}  # pod name -> (trace, clock time of its OOM or inf)
+    replacements = 0
+    run_clock_s = minutes * 60 * speed
+
+    def clock() -> float:
+        return epoch + (time.time() - epoch) * speed
+
+    async def start_pod(pod: dict[str, Any]) -> FakeSidecar:
+        nonlocal replacements
+        name = pod["metadata"]["name"]
+        if pod["metadata"]["labels"].get("ray.io/node-type") == "head":
+            trace, lived = healthy[0], 0.0
+        elif len(truth) >= workers:  # a replacement: a fresh, healthy worker
+            replacements += 1
+            trace, lived = rng.choice(healthy), 0.0
+        elif rng.random() < 0.3:
+            # A leak whose OOM falls 2.5 h into the run or later, so the guard has time to act.
+            trace = rng.choice(leaks)
+            oom = labels[trace]["oom_at_s"] or labels[trace]["plasma_full_at_s"]
+            lo = min(2.5 * 3600, run_clock_s / 2)
+            lived = max(0.0, oom - rng.uniform(lo, max(lo, run_clock_s - 1800)))
+        else:
+            trace = rng.choice(healthy)
+            span = traces[trace].samples[-1].time_s - run_clock_s - 600
+            lived = rng.uniform(0, max(0.0, span))
+        start = clock() - lived
+        if pod["metadata"]["labels"].get("ray.io/node-type") != "head":
+            end = labels[trace]["oom_at_s"] or labels[trace]["plasma_full_at_s"]
+            truth[name] = (trace, start + end if end else float("inf"))
+        sc = FakeSidecar(name, pod["metadata"]["uid"], pod["status"]["podIP"],
+                         ReplayFeed(traces[trace].samples, speed=speed, epoch_s=epoch, start_s=start))
+        await sc.listen()
+        sidecars[name] = sc
+        return sc
+
+    kuberay = KubeRayStandIn(api, start_pod, replace_delay_s=1.0, ip_prefix="127.3")
+    per = 50
+    for c in range(workers // per):
+        name = f"soak-{c}"
+        api.put("rayclusters", {"metadata": {"name": name, "namespace": "default"}, "spec": {
+            "headGroupSpec": {"template": {"spec": {"containers": [{"name": "ray-head"}]}}},
+            "workerGroupSpecs": [{"groupName": "workers", "replicas": per, "minReplicas": 0, "maxReplicas": per,
+                                  "template": {"spec": {"containers": [{"name": "ray-worker"}]}}}]}})
+        api.put("memoryguards", {"metadata": {"name": f"guard-{c}", "namespace": "default"}, "spec": {
+            "clusterSelector": {"names": [name]},
+            "sampling": {"intervalSeconds": 300, "sidecarPort": PORT, "timeoutSeconds": 3},
+            "policy": {"staleAfterSeconds": int(STALE_AFTER_S)},
+            "rotation": {"maxUnavailable": 1, "cooldownSeconds": 600, "maxPerHour": 20,
+                         "replacementTimeoutSeconds": 3600}}})
+    referee = Referee(api, clock=clock, max_unavailable=1, stale_after_s=STALE_AFTER_S,
+                      last_good=lambda n: sidecars[n].last_good if n in sidecars else None).attach()
+
+    faults = {"api_errors": 0, "api_slow": 0, "watch_drops": 0, "sidecar_faults": 0}
+
+    def api_fault(r: kmock.Request) -> ApiError | float | None:
+        x = rng.random()
+        if x < 0.05:
+            faults["api_errors"] += 1
+            return rng.choice([ApiError(429, "TooManyRequests", "slow down"),
+                               ApiError(500, "InternalError", "etcd timeout"),
+                               ApiError(503, "ServiceUnavailable", "unavailable")])
+        if x < 0.10:
+            faults["api_slow"] += 1
+            return rng.uniform(0.2, 1.0)
+        return None
+
+    stop = asyncio.Event()
+    async with api, kmock.Server(api, host="127.0.0.1") as server:
+        kr_task = asyncio.create_task(kuberay.run(stop))
+        while len([p for p in api.objects("pods") if p.get("status", {}).get("phase") == "Running"]) < \
+                workers + workers // per:
+            await asyncio.sleep(0.2)
+        referee.leaking = {n for n, (t, _) in truth.items() if labels[t]["kind"] != "healthy"}
+        tmp = Path(tempfile.mkdtemp(prefix="memoryguard-soak-"))
+        (tmp / "kubeconfig").write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "e",
+            "clusters": [{"name": "e", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
+            "users": [{"name": "e", "user": {"token": "x"}}],
+            "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}]}))
+        env = {**os.environ, "KUBECONFIG": str(tmp / "kubeconfig"), "MEMORYGUARD_METRICS_PORT": "0",
+               "MEMORYGUARD_DRAIN": "false", "MEMORYGUARD_TIME_SCALE": str(speed), "MEMORYGUARD_EPOCH": str(epoch),
+               "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "120"}
+        log = open(tmp / "operator.log", "wb")  # noqa: SIM115
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "memoryguard", "operator", "--standalone",
+                                                    "-n", "default", env=env, stdout=log, stderr=log)
+        t0 = time.time()
+        end = t0 + minutes * 60
+        api.faults.append(api_fault)
+        next_watch_drop = t0 + rng.uniform(20, 60)
+        next_sidecar_fault = t0 + 15
+        next_report = t0 + 30
+        rss_start: float | None = None
+        healing: list[tuple[float, FakeSidecar]] = []
+        try:
+            while time.time() < end:
+                await asyncio.sleep(0.5)
+                now = time.time()
+                if rss_start is None and now - t0 > 60:
+                    rss_start = rss_mib(proc.pid)
+                if now >= next_watch_drop:
+                    faults["watch_drops"] += api.drop_watches()
+                    next_watch_drop = now + rng.uniform(20, 60)
+                if now >= next_sidecar_fault:
+                    live = [s for s in sidecars.values() if not s.stopped and s.mode is Mode.OK]
+                    for sc in rng.sample(live, min(4, len(live))):
+                        await sc.set_mode(rng.choice(SIDECAR_FAULTS))
+                        healing.append((now + rng.uniform(10, 60), sc))
+                        faults["sidecar_faults"] += 1
+                    next_sidecar_fault = now + 15
+                for item in [h for h in healing if h[0] <= now]:
+                    healing.remove(item)
+                    await item[1].set_mode(Mode.OK)
+                if now >= next_report:
+                    next_report = now + 30
+                    figures = tally(api, referee, truth, clock())
+                    print(f"[{(now - t0) / 60:4.1f} min, clock +{(clock() - epoch) / 3600:4.1f} h] "
+                          f"rotated {figures['rotated']}, failed {figures['failed']}, "
+                          f"evictions {figures['evictions']}, violations {len(referee.violations)}, "
+                          f"operator RSS {rss_mib(proc.pid):.0f} MiB", file=sys.stderr, flush=True)
+            rss_end = rss_mib(proc.pid)
+            api.faults.clear()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+            stop.set()
+            await kr_task
+            for sc in sidecars.values():
+                sc.stop()
+            await asyncio.sleep(1.0)  # held (HANG) answers notice and end
+        figures = tally(api, referee, truth, clock())
+        referee_figures = referee.finish(tuple(f"guard-{c}" for c in range(workers // per)))
+        return {**figures, "leaks": len(referee.leaking), "false_rotations": referee_figures["false"],
+                "violations": len(referee.violations),
+                "violation_list": referee.violations[:10], "rss_start_mib": round(rss_start or 0, 1),
+                "rss_end_mib": round(rss_end, 1), "minutes": minutes, "workers": workers, "speed": speed,
+                "replacements": replacements, **faults, "operator_log": str(tmp / "operator.log")}
+
+
+def tally(api: EmulatedApi, referee: Referee, truth: dict[str, tuple[str, float]], now: float) -> dict[str, int]:
+    """Counts so far. A leak is caught when its pod was evicted; it reached
+    its OOM when the clock passed the trace's OOM with the pod still there."""
+    events = api.objects("events")
+    evicted = set(referee.evicted.values())
+    return {"rotated": sum(1 for e in events if e["reason"] == "WorkerRotated"),
+            "failed": sum(1 for e in events if e["reason"] == "WorkerRotationFailed"),
+            "evictions": len(referee.evicted),
+            "leaks_caught": len(evicted & referee.leaking),
+            "oom_reached": sum(1 for n, (_, oom) in truth.items() if oom <= now and n not in evicted)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--workers", type=int, default=200, help="a multiple of 50")
+    ap.add_argument("--speed", type=float, default=60.0)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    r = asyncio.run(soak(a.minutes, a.workers, a.speed, a.seed))
+    print(f"soak: {r['workers']} workers, {r['minutes']:.0f} min at {r['speed']:.0f}x "
+          f"({r['minutes'] * r['speed'] / 60:.0f} h of pod time), seed {a.seed}")
+    print(f"  faults injected: {r['api_errors']} API errors, {r['api_slow']} slow API answers, "
+          f"{r['watch_drops']} watches dropped, {r['sidecar_faults']} sidecar faults")
+    print(f"  rotations: {r['rotated']} done, {r['failed']} failed, {r['evictions']} evictions, "
+          f"{r['replacements']} replacement pods")
+    print(f"  leaks: {r['leaks_caught']} of {r['leaks']} leaking workers rotated; {r['oom_reached']} reached "
+          "their OOM unrotated")
+    print(f"  false rotations: {r['false_rotations']}")
+    print(f"  invariant violations: {r['violations']}")
+    for v in r["violation_list"]:
+        print(f"    {v}")
+    print(f"  operator RSS: {r['rss_start_mib']} MiB after 1 min, {r['rss_end_mib']} MiB at the end")
+    print(f"  operator log: {r['operator_log']}")
+    sys.exit(1 if r["violations"] else 0)
+
+
+if __name__ == "__main__":
+    main()

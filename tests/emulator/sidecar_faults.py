@@ -1,0 +1,110 @@
+"""Faulty sidecars, for the fault tests: a small proxy at the pod's IP and
+sidecar port in front of the real sidecar process (which then listens on
+the next port), that can be told to misbehave.
+
+The proxy also notes when it last handed the operator a good samples answer
+(on the shared clock), so a referee can check that no rotation starts on
+missing or stale samples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import os
+from collections.abc import Callable
+
+
+class Mode(str, enum.Enum):
+    OK = "ok"
+    DOWN = "down"  # nothing listens: connection refused
+    SLOW = "slow"  # answers after the operator's timeout
+    GARBAGE = "garbage"  # 200 with random bytes
+    TRUNCATED = "truncated"  # 200 with the first half of the JSON
+    SKEWED = "skewed"  # samples out of order, a third from a clock a day ahead
+    BEHIND = "behind"  # every sample from a clock a day behind (all stale)
+    HANG = "hang"  # accepts, reads, never answers (holds the connection)
+
+
+class SidecarProxy:
+    def __init__(self, ip: str, port: int, backend_port: int, clock: Callable[[], float], *,
+                 slow_s: float = 4.0) -> None:
+        self.ip, self.port, self.backend_port = ip, port, backend_port
+        self.clock = clock
+        self.slow_s = slow_s
+        self.mode = Mode.OK
+        self.server: asyncio.Server | None = None
+        self.last_good: float | None = None  # clock time of the last good samples answer
+        self.answers: dict[Mode, int] = {}
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._handle, self.ip, self.port, reuse_address=True)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.server.wait_closed(), 2)
+            self.server = None
+
+    async def set_mode(self, mode: Mode) -> None:
+        if mode is Mode.DOWN and self.server is not None:
+            await self.close()
+        elif mode is not Mode.DOWN and self.server is None:
+            await self.start()
+        self.mode = mode
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        mode = self.mode
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            if mode is Mode.HANG:
+                while self.mode is Mode.HANG and self.server is not None:
+                    await asyncio.sleep(0.2)
+                return
+            if mode is Mode.SLOW:
+                await asyncio.sleep(self.slow_s)
+            r, w = await asyncio.open_connection(self.ip, self.backend_port)
+            w.write(head)
+            await w.drain()
+            data = await asyncio.wait_for(r.read(), 10)
+            w.close()
+            status_line, _, rest = data.partition(b"\r\n")
+            headers, _, body = rest.partition(b"\r\n\r\n")
+            is_samples = head.split(b" ", 2)[1].startswith(b"/v1/samples") if b" " in head else False
+            if is_samples and b" 200 " in status_line:
+                body = self._spoil(mode, body)
+            self.answers[mode] = self.answers.get(mode, 0) + 1
+            kept = [h for h in headers.split(b"\r\n") if not h.lower().startswith(b"content-length:")]
+            out = b"\r\n".join([status_line, *kept, b"Content-Length: %d" % len(body)]) + b"\r\n\r\n" + body
+            writer.write(out)
+            await writer.drain()
+            if is_samples and mode in (Mode.OK, Mode.SKEWED) and b" 200 " in status_line:
+                self.last_good = self.clock()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    @staticmethod
+    def _spoil(mode: Mode, body: bytes) -> bytes:
+        if mode is Mode.GARBAGE:
+            return os.urandom(256)
+        if mode is Mode.TRUNCATED:
+            return body[: len(body) // 2]
+        if mode is Mode.SKEWED:
+            doc = json.loads(body)
+            samples = list(reversed(doc.get("samples") or []))
+            for i, s in enumerate(samples):
+                if i % 3 == 0:
+                    s["time"] = float(s["time"]) + 86400.0  # a clock a day ahead
+            doc["samples"] = samples
+            return json.dumps(doc).encode()
+        if mode is Mode.BEHIND:
+            doc = json.loads(body)
+            for s in doc.get("samples") or []:
+                s["time"] = float(s["time"]) - 86400.0
+            return json.dumps(doc).encode()
+        return body

@@ -1,0 +1,327 @@
+"""The fault matrix: one leaking worker (sometimes two) among healthy ones,
+the real operator and real sidecar processes on the emulated API, and one
+kind of fault per scenario. A Referee (tests/emulator/referee.py) counts
+breaches of the guard's rules from the API's side; each scenario also says
+what outcome it expects once the fault is over.
+
+Fast variant for ``make test``: 600x clock, pods start with 20,000 s of a
+leak already lived (so the policy is a few real seconds from acting), and
+every fault lasts seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import kmock
+
+from ..emulator.api import ApiError
+from ..emulator.referee import PHASE, Referee
+from ..emulator.sidecar_faults import Mode
+from ..emulator.world import World, world
+from ..operator.conftest import HEALTHY, LEAK, guard, start_cluster
+
+LIVED_S = 20000.0  # leak_steady OOMs at 28,905 s; the policy acts about 2 h before
+STALE_AFTER_S = 1800.0
+Act = Callable[[World, random.Random], Awaitable[None]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    id: str
+    fault: str  # the matrix row: what goes wrong
+    act: Act  # injects the fault while the operator runs, then clears it
+    rotated: int = 1  # WorkerRotated expected once the fault is over
+    failed: int = 0  # WorkerRotationFailed expected
+    leaking: frozenset[int] = frozenset({0})
+    workers: int = 3
+    guard_spec: dict[str, Any] = dataclasses.field(default_factory=dict)
+    replace_delay_s: float | None = 0.3
+    expect: str = "the leaking worker rotated once the fault cleared"
+
+
+@dataclasses.dataclass
+class Result:
+    scenario: Scenario
+    figures: dict[str, Any]
+    violations: list[str]
+    seconds: float
+    ok: bool
+    problem: str = ""
+
+
+def trace_for(leaking: frozenset[int], names: dict[str, bool]) -> Callable[[dict[str, Any]], Any]:
+    """The n-th worker created replays the leak if n is in ``leaking``, with
+    LIVED_S already behind it; the rest (and every replacement) are healthy."""
+    workers: list[str] = []
+
+    def choose(pod: dict[str, Any]) -> Any:
+        labels = pod["metadata"]["labels"]
+        if labels.get("ray.io/node-type") == "head":
+            return HEALTHY[0]
+        workers.append(pod["metadata"]["name"])
+        n = len(workers) - 1
+        names[pod["metadata"]["name"]] = n in leaking
+        if n in leaking:
+            return (LEAK, LIVED_S)
+        return (HEALTHY[n % len(HEALTHY)], LIVED_S if n < 8 else 0.0)
+
+    return choose
+
+
+async def play(workdir: Path, sc: Scenario, *, seed: int = 7) -> Result:
+    t0 = time.monotonic()
+    names: dict[str, bool] = {}
+    rng = random.Random(seed)
+    async with world(workdir, trace_for(sc.leaking, names), proxied=True, replace_delay_s=sc.replace_delay_s) as w:
+        spec = {"policy": {"staleAfterSeconds": int(STALE_AFTER_S)}, **sc.guard_spec}
+        max_unavailable = int(spec.get("rotation", {}).get("maxUnavailable", 1))
+        ref = Referee(w.api, clock=w.clock, max_unavailable=max_unavailable, stale_after_s=STALE_AFTER_S,
+                      last_good=lambda n: w.proxies[n].last_good if n in w.proxies else None).attach()
+        await start_cluster(w, sc.workers)
+        ref.leaking = {n for n, leaks in names.items() if leaks}
+        w.api.put("memoryguards", guard(**spec))
+        await w.start_operator()
+        problem = ""
+        try:
+            await sc.act(w, rng)
+            w.api.faults.clear()
+            for proxy in w.proxies.values():
+                await proxy.set_mode(Mode.OK)
+            await w.wait_for(lambda: settled(w, sc), 60, f"{sc.rotated} rotated and {sc.failed} failed")
+        except AssertionError as e:
+            problem = str(e).splitlines()[0]
+        figures = ref.finish()
+        ok = not problem and not ref.violations and figures["false"] == 0 and (
+            figures["rotated"], figures["failed"]) == (sc.rotated, sc.failed)
+        if not ok and not problem:
+            problem = (f"expected rotated {sc.rotated} failed {sc.failed}, got rotated {figures['rotated']} "
+                       f"failed {figures['failed']} false {figures['false']}")
+        return Result(sc, figures, list(ref.violations), time.monotonic() - t0, ok, problem)
+
+
+def settled(w: World, sc: Scenario) -> bool:
+    events = w.api.objects("events")
+    rotated = sum(1 for e in events if e["reason"] == "WorkerRotated")
+    failed = sum(1 for e in events if e["reason"] == "WorkerRotationFailed")
+    status = (w.api.get("memoryguards", "default", "leak-guard") or {}).get("status") or {}
+    inflight = (status.get("rotations") or {}).get("inFlight") or []
+    return rotated >= sc.rotated and failed >= sc.failed and not inflight
+
+
+# -- fault helpers ------------------------------------------------------------------
+def _method(r: kmock.Request) -> str:
+    return str(r.method.value).upper()
+
+
+def _is_watch(r: kmock.Request) -> bool:
+    return r.params.get("watch") in ("true", "1")
+
+
+def api_fault(rng: random.Random, p: float, make: Callable[[], ApiError],
+              when: Callable[[kmock.Request], bool] = lambda r: True) -> Callable[[kmock.Request], ApiError | None]:
+    return lambda r: make() if when(r) and rng.random() < p else None
+
+
+async def for_a_while(w: World, seconds: float) -> None:
+    """Let the faulty world run (the operator meanwhile does what it does)."""
+    await asyncio.sleep(seconds)
+
+
+def phase_of(w: World, pod: str) -> str | None:
+    return ((w.api.get("pods", "default", pod) or {}).get("metadata", {}).get("annotations") or {}).get(PHASE)
+
+
+def leaking_pods(w: World) -> list[str]:
+    """Pods replaying the leak, in the order KubeRay created them."""
+    return [n for n in w.kuberay.created if n in w.sidecars and w.sidecars[n].trace == LEAK]
+
+
+def leaking_pod(w: World) -> str:
+    return leaking_pods(w)[0]
+
+
+def a_healthy_worker(w: World) -> str:
+    return next(n for n in w.kuberay.created if n in w.sidecars and w.sidecars[n].trace in HEALTHY
+                and "-head-" not in n)
+
+
+# -- the scenarios ---------------------------------------------------------------------
+async def no_fault(w: World, rng: random.Random) -> None:
+    return None
+
+
+async def api_409(w: World, rng: random.Random) -> None:
+    w.api.faults.append(api_fault(rng, 0.3, lambda: ApiError(
+        409, "Conflict", "the object has been modified; please apply your changes to the latest version"),
+        lambda r: _method(r) == "PATCH"))
+    await w.wait_for(lambda: w.api.evictions, 60, "the eviction despite conflicts")
+
+
+async def api_429(w: World, rng: random.Random) -> None:
+    w.api.faults.append(api_fault(rng, 0.25, lambda: ApiError(429, "TooManyRequests", "Too many requests")))
+    await w.wait_for(lambda: w.api.evictions, 60, "the eviction despite 429s")
+
+
+async def api_5xx(w: World, rng: random.Random) -> None:
+    w.api.faults.append(api_fault(rng, 0.25, lambda: rng.choice([
+        ApiError(500, "InternalError", "etcdserver: request timed out"),
+        ApiError(503, "ServiceUnavailable", "the server is currently unable to handle the request")])))
+    await w.wait_for(lambda: w.api.evictions, 60, "the eviction despite 5xx")
+
+
+async def api_slow(w: World, rng: random.Random) -> None:
+    w.api.faults.append(lambda r: rng.uniform(0.1, 0.8))
+    await w.wait_for(lambda: w.api.evictions, 60, "the eviction despite slow answers")
+
+
+async def watch_drops_and_410(w: World, rng: random.Random) -> None:
+    def expire_soon(r: kmock.Request) -> None:
+        # The resourceVersion a list returns is compacted away right after:
+        # the watch that follows from it gets 410 Gone and must re-list.
+        if _method(r) == "GET" and r.name is None and not _is_watch(r):
+            asyncio.get_running_loop().call_later(0.05, w.api.expire_history)
+
+    w.api.faults.append(expire_soon)
+    deadline = time.monotonic() + 60
+    while not w.api.evictions and time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        w.api.drop_watches()
+        w.api.expire_history()
+    assert w.api.evictions, "no eviction while watches dropped"
+    # After all that the guard still sees its spec change (kopf re-listed and
+    # re-watched): the new generation reaches status.observedGeneration.
+    w.api.faults.clear()
+    g = w.api.get("memoryguards", "default", "leak-guard")
+    assert g is not None
+    g["spec"]["rotation"]["cooldownSeconds"] = 900
+    generation = w.api.put("memoryguards", g)["metadata"]["generation"]
+    await w.wait_for(lambda: ((w.api.get("memoryguards", "default", "leak-guard") or {}).get("status") or {}).get(
+        "observedGeneration") == generation, 30, "the changed spec seen after the watch faults")
+
+
+def sidecar_act(mode: Mode, seconds: float, *, only_leaking: bool = False) -> Act:
+    async def act(w: World, rng: random.Random) -> None:
+        targets = [leaking_pod(w)] if only_leaking else list(w.proxies)
+        for name in targets:
+            await w.proxies[name].set_mode(mode)
+        await for_a_while(w, seconds)
+        if mode not in (Mode.SKEWED,):
+            assert not w.api.evictions, f"a pod was evicted while its sidecar was {mode.value}"
+    return act
+
+
+async def sidecar_skewed(w: World, rng: random.Random) -> None:
+    for proxy in w.proxies.values():
+        await proxy.set_mode(Mode.SKEWED)
+    await w.wait_for(lambda: w.api.evictions, 60, "the eviction on the good samples among skewed ones")
+
+
+async def sidecar_behind(w: World, rng: random.Random) -> None:
+    leak = leaking_pod(w)
+    await w.proxies[leak].set_mode(Mode.BEHIND)
+    # Past the trace's OOM: a guard acting on the stale stamps would have rotated it.
+    await for_a_while(w, 16)
+    assert not w.api.evictions, "rotated on samples a day old"
+    pods = ((w.api.get("memoryguards", "default", "leak-guard") or {}).get("status") or {}).get("pods") or {}
+    said = json.dumps(pods.get(leak) or {})
+    assert "old" in said or "stale" in said.lower(), f"the status does not say the samples are stale: {said}"
+
+
+async def ip_taken_over(w: World, rng: random.Random) -> None:
+    """A healthy pod's IP now leads to the leaking pod's sidecar (an IP
+    reused): the leak must not be pinned on the healthy pod."""
+    leak = leaking_pod(w)
+    healthy = a_healthy_worker(w)
+    pod = w.api.get("pods", "default", healthy)
+    leak_ip = (w.api.get("pods", "default", leak) or {})["status"]["podIP"]
+    assert pod is not None
+    pod["status"]["podIP"] = leak_ip
+    w.api.put("pods", pod)
+    await w.wait_for(lambda: w.api.evictions, 60, "the leaking pod's eviction")
+    await for_a_while(w, 2)
+    assert [e[1] for e in w.api.evictions] == [leak], w.api.evictions
+
+
+def killed_at(phase: str) -> Act:
+    """SIGKILL the operator while the leaking pod's rotation is at ``phase``
+    (held there by a fault), then start a new one."""
+    async def act(w: World, rng: random.Random) -> None:
+        leak = leaking_pod(w)
+        if phase == "draining":  # after annotating: the next annotation and the status write fail
+            w.api.faults.append(lambda r: ApiError(503, "ServiceUnavailable", "held") if _method(r) == "PATCH" and (
+                r.subresource == "status" or "evicting" in json.dumps(r.data or {})) else None)
+        elif phase == "evicting":  # after draining: evictions fail
+            w.api.faults.append(lambda r: ApiError(503, "ServiceUnavailable", "held")
+                                if r.subresource == "eviction" else None)
+        else:  # after evicting: KubeRay takes its time
+            w.kuberay.replace_delay_s = 4.0
+        if phase == "replacing":
+            await w.wait_for(lambda: w.api.evictions, 60, "the eviction")
+        else:
+            await w.wait_for(lambda: phase_of(w, leak) == phase, 60, f"the {phase} phase")
+            await asyncio.sleep(1.0)  # a few cycles held at this step
+        await w.stop_operator(w.operators[-1], kill=True)
+        w.api.faults.clear()
+        await w.start_operator()
+        await w.wait_for(lambda: any(e["reason"] == "WorkerRotated" for e in w.api.objects("events")), 60,
+                         "the resumed rotation")
+        started = [e for e in w.api.objects("events") if e["reason"] == "WorkerRotationStarted"]
+        assert len(started) == 1, f"{len(started)} WorkerRotationStarted: started again instead of resumed"
+    return act
+
+
+async def kuberay_slow(w: World, rng: random.Random) -> None:
+    w.kuberay.replace_delay_s = 4.0  # 2,400 s on the 600x clock, within replacementTimeoutSeconds 3600
+    await w.wait_for(lambda: w.api.evictions, 60, "the eviction")
+
+
+async def kuberay_never(w: World, rng: random.Random) -> None:
+    await w.wait_for(lambda: any(e["reason"] == "WorkerRotationFailed" for e in w.api.objects("events")), 60,
+                     "the rotation reported failed")
+    # The second leaking worker waits: its group is already a pod short.
+    await for_a_while(w, 4)
+    assert len(w.api.evictions) == 1, w.api.evictions
+    second = next(n for n in leaking_pods(w) if n != w.api.evictions[0][1])
+    pods = ((w.api.get("memoryguards", "default", "leak-guard") or {}).get("status") or {}).get("pods") or {}
+    said = json.dumps(pods.get(second) or {})
+    assert "short of 1 ready pod" in said, f"the status does not say why {second} waits: {said}"
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("none", "no fault (baseline)", no_fault),
+    Scenario("api-409", "API: 409 Conflict on 30% of patches", api_409),
+    Scenario("api-429", "API: 429 on 25% of all calls", api_429),
+    Scenario("api-5xx", "API: 500/503 on 25% of all calls", api_5xx),
+    Scenario("api-slow", "API: every answer 0.1-0.8 s late", api_slow),
+    Scenario("api-watch", "API: watches dropped every 1 s, history expired (410), every list's version expired",
+             watch_drops_and_410),
+    Scenario("sidecar-down", "sidecar of the leaking pod down for 6 s", sidecar_act(Mode.DOWN, 6, only_leaking=True)),
+    Scenario("sidecar-slow", "all sidecars answer after the 2 s timeout for 6 s", sidecar_act(Mode.SLOW, 6)),
+    Scenario("sidecar-hang", "all sidecars accept and never answer for 6 s", sidecar_act(Mode.HANG, 6)),
+    Scenario("sidecar-garbage", "all sidecars answer random bytes for 6 s", sidecar_act(Mode.GARBAGE, 6)),
+    Scenario("sidecar-truncated", "all sidecars answer truncated JSON for 6 s", sidecar_act(Mode.TRUNCATED, 6)),
+    Scenario("sidecar-skewed", "all sidecars: samples reversed, a third stamped a day ahead", sidecar_skewed),
+    Scenario("sidecar-behind", "leaking pod's sidecar clock a day behind (all samples stale)", sidecar_behind,
+             rotated=0, expect="never rotated on stale samples; status says they are old"),
+    Scenario("ip-reused", "a healthy pod's IP leads to the leaking pod's sidecar", ip_taken_over,
+             expect="only the leaking pod rotated; the healthy one's answers dropped"),
+    Scenario("kill-annotated", "operator SIGKILLed after annotating (status write failing)", killed_at("draining"),
+             expect="restart adopts the annotated pod; one eviction"),
+    Scenario("kill-drained", "operator SIGKILLed after draining (evictions failing)", killed_at("evicting"),
+             expect="restart resumes at the eviction; one eviction"),
+    Scenario("kill-evicted", "operator SIGKILLed after evicting (replacement pending)", killed_at("replacing"),
+             expect="restart waits for the replacement; one eviction"),
+    Scenario("kuberay-slow", "KubeRay replaces after 2,400 s (clock)", kuberay_slow),
+    Scenario("kuberay-never", "KubeRay never replaces; two leaking workers, maxUnavailable 1", kuberay_never,
+             rotated=0, failed=1, leaking=frozenset({0, 1}), replace_delay_s=None,
+             guard_spec={"rotation": {"replacementTimeoutSeconds": 1200}},
+             expect="rotation failed with a reason; the second leak waits (group short)"),
+)
