@@ -57,3 +57,42 @@ def test_contract_checker_catches_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import kopf\nfrom datetime import datetime\n")
     assert _imports(bad) == ["kopf", "datetime"]
+
+
+# Nothing a spec, an annotation or a sidecar answer carries may be run: the
+# shipped packages call no shell, no interpreter on strings, no unpickling.
+BUILTINS_THAT_RUN = ("eval", "exec", "compile", "__import__")  # bare names; re.compile is fine
+OS_CALLS_THAT_RUN = ("system", "popen", "execv", "execve", "execl", "execlp", "execvp", "spawnl", "spawnv",
+                     "posix_spawn", "startfile")
+EXECUTING_MODULES = ("subprocess", "pickle", "marshal", "shelve", "pty", "code", "runpy")
+
+
+def _executing(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = [f"imports {n}" for n in _imports(path) if n.split(".")[0] in EXECUTING_MODULES]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in BUILTINS_THAT_RUN:
+                out.append(f"calls {f.id} (line {node.lineno})")
+            if isinstance(f, ast.Attribute) and getattr(f.value, "id", "") == "os" and f.attr in OS_CALLS_THAT_RUN:
+                out.append(f"calls os.{f.attr} (line {node.lineno})")
+            if isinstance(f, ast.Attribute) and f.attr == "load" and getattr(f.value, "id", "") == "yaml":
+                out.append(f"calls yaml.load (line {node.lineno})")
+        if isinstance(node, ast.keyword) and node.arg == "shell":
+            out.append(f"passes shell= (line {node.value.lineno})")
+    return sorted(out)
+
+
+@pytest.mark.parametrize("folder", ["operator", "sidecar", "core"])
+def test_shipped_code_executes_nothing(folder: str) -> None:
+    found = [f"{p.relative_to(ROOT)} {what}" for p in sorted((ROOT / folder).rglob("*.py")) for what in _executing(p)]
+    assert found == []
+
+
+def test_execution_checker_catches_one(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os, re, subprocess, yaml\nsubprocess.run('x', shell=True)\neval('1')\nyaml.load('a')\n"
+                   "os.system('x')\nre.compile('ok')\n")
+    assert _executing(bad) == ["calls eval (line 3)", "calls os.system (line 5)", "calls yaml.load (line 4)",
+                               "imports subprocess", "passes shell= (line 2)"]

@@ -18,15 +18,39 @@ from memoryguard.core.policy.window import PodWindow
 from memoryguard.core.settings import PolicySettings
 from memoryguard.core.units import fmt_bytes, fmt_duration, fmt_rate
 
-Detector = Callable[[PodWindow, PolicySettings, float], d.Verdict]
+
+@dataclasses.dataclass(frozen=True)
+class Look:
+    """What one decision looks at: the window, the settings, now, and the
+    two trend projections, made once and shared by the rules and the evidence."""
+
+    window: PodWindow
+    settings: PolicySettings
+    now_s: float
+    creep: tuple[d.Verdict, d.Projection | None]
+    filling: tuple[d.Verdict, d.Projection | None]
+
+    @classmethod
+    def at(cls, window: PodWindow, settings: PolicySettings, now_s: float) -> Look:
+        return cls(window, settings, now_s, d.creep(window, settings, now_s), d.store_filling(window, settings, now_s))
 
 
-def _creep(w: PodWindow, s: PolicySettings, now: float) -> d.Verdict:
-    return d.creep(w, s, now)[0]
+Detector = Callable[[Look], d.Verdict]
 
 
-def _store_filling(w: PodWindow, s: PolicySettings, now: float) -> d.Verdict:
-    return d.store_filling(w, s, now)[0]
+def _plain(detector: Callable[[PodWindow, PolicySettings, float], d.Verdict]) -> Detector:
+    def run(look: Look) -> d.Verdict:
+        return detector(look.window, look.settings, look.now_s)
+    run.__name__ = detector.__name__
+    return run
+
+
+def _creep(look: Look) -> d.Verdict:
+    return look.creep[0]
+
+
+def _store_filling(look: Look) -> d.Verdict:
+    return look.filling[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,30 +61,30 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule(Reason.OOM_KILLED, Action.ROTATE, ((d.oom_kills,),)),
-    Rule(Reason.CRITICAL_USAGE, Action.ROTATE, ((d.critical_usage,),)),
-    Rule(Reason.MEMORY_PRESSURE, Action.ROTATE, ((d.pressure, d.high_usage),)),
+    Rule(Reason.OOM_KILLED, Action.ROTATE, ((_plain(d.oom_kills),),)),
+    Rule(Reason.CRITICAL_USAGE, Action.ROTATE, ((_plain(d.critical_usage),),)),
+    Rule(Reason.MEMORY_PRESSURE, Action.ROTATE, ((_plain(d.pressure), _plain(d.high_usage)),)),
     Rule(Reason.PROJECTED_OOM, Action.ROTATE, ((_creep,),)),
-    Rule(Reason.OBJECT_STORE_FULL, Action.ROTATE, ((d.store_full,),)),
+    Rule(Reason.OBJECT_STORE_FULL, Action.ROTATE, ((_plain(d.store_full),),)),
     Rule(Reason.OBJECT_STORE_FILLING, Action.ROTATE, ((_store_filling,),)),
-    Rule(Reason.GROWTH_PLATEAU, Action.REMEDIATE, ((d.plateau,),)),
+    Rule(Reason.GROWTH_PLATEAU, Action.REMEDIATE, ((_plain(d.plateau),),)),
 )
 
 
-def _fire(rule: Rule, window: PodWindow, settings: PolicySettings, now_s: float) -> list[str] | None:
+def _fire(rule: Rule, look: Look) -> list[str] | None:
     for group in rule.groups:
-        verdicts = [det(window, settings, now_s) for det in group]
+        verdicts = [det(look) for det in group]
         if all(v.fired for v in verdicts):
             return [v.note for v in verdicts if v.note]
     return None
 
 
-def evidence_for(window: PodWindow, settings: PolicySettings, now_s: float) -> Evidence:
+def evidence_for(window: PodWindow, settings: PolicySettings, now_s: float, look: Look | None = None) -> Evidence:
     last = window.last
     if last is None:
         return Evidence()
-    _, ws_proj = d.creep(window, settings, now_s)
-    _, st_proj = d.store_filling(window, settings, now_s)
+    look = look or Look.at(window, settings, now_s)
+    ws_proj, st_proj = look.creep[1], look.filling[1]
     return Evidence(
         working_set_bytes=last.working_set_bytes,
         limit_bytes=last.memory_max_bytes,
@@ -117,7 +141,8 @@ def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHist
     last = window.last
     if last is None:
         return [Decision(Action.NONE, Reason.NO_SAMPLES, "no samples from the sidecar yet", Evidence())]
-    ev = evidence_for(window, settings, now_s)
+    look = Look.at(window, settings, now_s)  # the trend projections, once per decision
+    ev = evidence_for(window, settings, now_s, look)
     age = now_s - last.time_s
     if age > settings.stale_after_s:
         return [Decision(Action.NONE, Reason.SAMPLES_STALE,
@@ -135,7 +160,7 @@ def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHist
             continue
         if rule.action is Action.REMEDIATE and (remediate is not None or history.remediation_advised):
             continue
-        notes = _fire(rule, window, settings, now_s)
+        notes = _fire(rule, look)
         if notes is None:
             continue
         if rule.action is Action.ROTATE:

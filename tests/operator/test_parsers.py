@@ -101,3 +101,31 @@ async def test_a_large_answer_arriving_in_pieces_is_read_whole() -> None:
     async with server, aiohttp.ClientSession() as s:
         p = await sidecar_client.poll(s, "127.0.0.31", port, None, timeout_s=5, now_s=NOW)
     assert p.error is None and len(p.samples) == 3000
+
+
+mark_values = st.text(max_size=12) | st.sampled_from(["draining", "evicting", "replacing", "leak-guard", "nan",
+                                                       "inf", "-1e308", "1800000000"])
+
+
+@settings(max_examples=300)
+@given(st.lists(st.dictionaries(st.sampled_from([podinfo.ANN_PHASE, podinfo.ANN_GUARD, podinfo.ANN_REQUESTED_AT,
+                                                 podinfo.ANN_REASON, "x"]), mark_values), max_size=6))
+def test_rotation_marks_of_any_content_adopt_within_budget(marks: list[dict[str, str]]) -> None:
+    """Rotation annotations anyone with pod patch rights could write: a
+    restarted guard adopts only known steps, never more than maxUnavailable
+    of a group, and never a time that is not a number."""
+    import math
+
+    from memoryguard.operator.clock import Clock
+    from memoryguard.operator.guarding import GuardLoop, Shared
+
+    loop = GuardLoop(Shared(kube=None, drainer=None, http=None, clock=Clock(), metrics=None),  # type: ignore[arg-type]
+                     "default", "leak-guard")
+    loop.settings, loop.inflight = PolicySettings(), {}
+    pods = [podinfo.pod_info({"metadata": {"name": f"w{i}", "uid": f"u{i}", "annotations": {**m, podinfo.ANN_GUARD: (
+        m.get(podinfo.ANN_GUARD) if i % 2 else "leak-guard")}, "labels": {
+        podinfo.LABEL_CLUSTER: "rc", podinfo.LABEL_GROUP: "g"}}}) for i, m in enumerate(marks)]
+    loop.adopt_annotated(pods)
+    assert len(loop.inflight) <= PolicySettings().max_unavailable
+    for r in loop.inflight.values():
+        assert r.phase in rotation.PHASES and math.isfinite(r.requested_at)
