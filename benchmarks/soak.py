@@ -30,6 +30,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from memoryguard.sidecar.replay import ReplayFeed  # noqa: E402
 from tests.emulator.api import ApiError, EmulatedApi  # noqa: E402
 from tests.emulator.kuberay import KubeRayStandIn  # noqa: E402
 from tests.emulator.referee import Referee  # noqa: E402
-from tests.emulator.sidecar_faults import Mode  # noqa: E402
+from tests.emulator.sidecar_faults import Mode, spoil  # noqa: E402
 from tests.emulator.world import load_crds  # noqa: E402
 
 PORT = 19308
@@ -98,17 +99,8 @@ class FakeSidecar:
             self.ring.extend(self.feed.due(now))
             samples = [s.to_wire() for s in self.ring if since is None or s.time_s > since]
             clock = self.feed.clock(now)
-            if mode is Mode.SKEWED:
-                samples.reverse()
-                for i, s in enumerate(samples):
-                    if i % 3 == 0:
-                        s["time"] = float(s["time"]) + 86400.0
-            body = json.dumps({"source": "soak", "pod": {"uid": self.uid, "name": self.name},
-                               "samples": samples}).encode()
-            if mode is Mode.GARBAGE:
-                body = os.urandom(200)
-            elif mode is Mode.TRUNCATED:
-                body = body[: len(body) // 2]
+            body = spoil(mode, json.dumps({"source": "soak", "pod": {"uid": self.uid, "name": self.name},
+                                           "samples": samples}).encode())
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
             await writer.drain()
@@ -146,11 +138,15 @@ async def soak(minutes: float, workers: int, speed: float, seed: int) -> dict[st
     api.put("namespaces", {"metadata": {"name": "default"}})
     sidecars: dict[str, FakeSidecar] = {}  # pod name -> sidecar
     truth: dict[str, tuple[str, float]] = {}  # pod name -> (trace, clock time of its OOM or inf)
+    lived_at_start: dict[str, float] = {}  # pod name -> seconds of its trace lived before it started
     replacements = 0
     run_clock_s = minutes * 60 * speed
 
+    def clock_at(wall: float) -> float:
+        return epoch + (wall - epoch) * speed
+
     def clock() -> float:
-        return epoch + (time.time() - epoch) * speed
+        return clock_at(time.time())
 
     async def start_pod(pod: dict[str, Any]) -> FakeSidecar:
         nonlocal replacements
@@ -171,6 +167,7 @@ async def soak(minutes: float, workers: int, speed: float, seed: int) -> dict[st
             span = traces[trace].samples[-1].time_s - run_clock_s - 600
             lived = rng.uniform(0, max(0.0, span))
         start = clock() - lived
+        lived_at_start[name] = lived
         if pod["metadata"]["labels"].get("ray.io/node-type") != "head":
             end = labels[trace]["oom_at_s"] or labels[trace]["plasma_full_at_s"]
             truth[name] = (trace, start + end if end else float("inf"))
@@ -259,9 +256,11 @@ async def soak(minutes: float, workers: int, speed: float, seed: int) -> dict[st
                     await item[1].set_mode(Mode.OK)
                 if now >= next_report:
                     next_report = now + 30
-                    figures = tally(api, referee, truth, clock())
+                    figures = tally(api, referee, truth, clock(), clock_at)
                     print(f"[{(now - t0) / 60:4.1f} min, clock +{(clock() - epoch) / 3600:4.1f} h] "
                           f"rotated {figures['rotated']}, failed {figures['failed']}, "
+                          f"leaks caught {figures['leaks_caught']}, late {len(figures['leaks_late'])}, "
+                          f"missed {len(figures['leaks_missed'])}, "
                           f"evictions {figures['evictions']}, violations {len(referee.violations)}, "
                           f"operator RSS {rss_mib(proc.pid):.0f} MiB", file=sys.stderr, flush=True)
             rss_end = rss_mib(proc.pid)
@@ -274,25 +273,50 @@ async def soak(minutes: float, workers: int, speed: float, seed: int) -> dict[st
             for sc in sidecars.values():
                 sc.stop()
             await asyncio.sleep(1.0)  # held (HANG) answers notice and end
-        figures = tally(api, referee, truth, clock())
+        figures = tally(api, referee, truth, clock(), clock_at)
         referee_figures = referee.finish(tuple(f"guard-{c}" for c in range(workers // per)))
-        return {**figures, "leaks": len(referee.leaking), "false_rotations": referee_figures["false"],
-                "violations": len(referee.violations),
+        false = sorted(n for n in referee.started.values() if n not in referee.leaking)
+        return {**figures, "leaks": len(referee.leaking),
+                "details": {what: explain(api, truth, lived_at_start, names) for what, names in (
+                    ("false", false), ("late", figures["leaks_late"]), ("missed", figures["leaks_missed"]))},
+                "false_rotations": referee_figures["false"], "violations": len(referee.violations),
                 "violation_list": referee.violations[:10], "rss_start_mib": round(rss_start or 0, 1),
                 "rss_end_mib": round(rss_end, 1), "minutes": minutes, "workers": workers, "speed": speed,
                 "replacements": replacements, **faults, "operator_log": str(tmp / "operator.log")}
 
 
-def tally(api: EmulatedApi, referee: Referee, truth: dict[str, tuple[str, float]], now: float) -> dict[str, int]:
-    """Counts so far. A leak is caught when its pod was evicted; it reached
-    its OOM when the clock passed the trace's OOM with the pod still there."""
+def tally(api: EmulatedApi, referee: Referee, truth: dict[str, tuple[str, float]], now: float,
+          clock_at: Callable[[float], float]) -> dict[str, Any]:
+    """Counts so far. A leak is caught when its pod was evicted before the
+    trace's OOM; late when evicted after it (the kernel got there first);
+    missed when the clock passed its OOM with the pod still there."""
     events = api.objects("events")
-    evicted = set(referee.evicted.values())
+    evicted_at = {name: clock_at(wall) for _, name, wall in api.evictions}
+    leaks = {n: oom for n, (_, oom) in truth.items() if n in referee.leaking}
     return {"rotated": sum(1 for e in events if e["reason"] == "WorkerRotated"),
             "failed": sum(1 for e in events if e["reason"] == "WorkerRotationFailed"),
             "evictions": len(referee.evicted),
-            "leaks_caught": len(evicted & referee.leaking),
-            "oom_reached": sum(1 for n, (_, oom) in truth.items() if oom <= now and n not in evicted)}
+            "leaks_caught": sum(1 for n, oom in leaks.items() if n in evicted_at and evicted_at[n] < oom),
+            "leaks_late": sorted(n for n, oom in leaks.items() if n in evicted_at and evicted_at[n] >= oom),
+            "leaks_missed": sorted(n for n, oom in leaks.items() if oom <= now and n not in evicted_at)}
+
+
+def explain(api: EmulatedApi, truth: dict[str, tuple[str, float]], lived: dict[str, float],
+            names: list[str]) -> list[str]:
+    """One line per pod: its trace, how far into it the pod started, and
+    what the guard said about it (the start Event, else its last decision)."""
+    events = api.objects("events")
+    out = []
+    for n in names:
+        said = next((e["message"] for e in events if e["reason"] == "WorkerRotationStarted" and n in e["message"]),
+                    None)
+        if said is None:
+            for g in api.objects("memoryguards"):
+                pod = ((g.get("status") or {}).get("pods") or {}).get(n)
+                if pod:
+                    said = f"last decision: {pod.get('lastDecision')}"
+        out.append(f"{n}: trace {truth[n][0]} from {lived.get(n, 0) / 3600:.1f} h; {said}")
+    return out
 
 
 def main() -> None:
@@ -309,9 +333,13 @@ def main() -> None:
           f"{r['watch_drops']} watches dropped, {r['sidecar_faults']} sidecar faults")
     print(f"  rotations: {r['rotated']} done, {r['failed']} failed, {r['evictions']} evictions, "
           f"{r['replacements']} replacement pods")
-    print(f"  leaks: {r['leaks_caught']} of {r['leaks']} leaking workers rotated; {r['oom_reached']} reached "
-          "their OOM unrotated")
+    print(f"  leaks: {r['leaks']} leaking workers; {r['leaks_caught']} rotated before their OOM, "
+          f"{len(r['leaks_late'])} rotated after it (OOM kill seen), {len(r['leaks_missed'])} reached it unrotated "
+          "(the rest OOM after the run)")
     print(f"  false rotations: {r['false_rotations']}")
+    for what, lines in r["details"].items():
+        for line in lines:
+            print(f"    {what}: {line[:300]}")
     print(f"  invariant violations: {r['violations']}")
     for v in r["violation_list"]:
         print(f"    {v}")

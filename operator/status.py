@@ -63,6 +63,9 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
         degraded = (True, "ClusterGuardedElsewhere", "; ".join(
             f"RayCluster {c} is guarded by the older MemoryGuard {g}; this guard leaves it alone"
             for c, g in sorted(contested.items())))
+    elif not clusters:
+        degraded = (True, "NoClusterSelected", "the clusterSelector matches no RayCluster in this namespace; "
+                                               "nothing is guarded")
     elif unreachable:
         degraded = (True, "SidecarUnreachable",
                     f"{len(unreachable)} pod(s) without samples: {', '.join(unreachable[:10])}")

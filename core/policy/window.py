@@ -49,15 +49,21 @@ class TrendFit:
 
 class HoldTimer:
     """"Above X for D seconds" with hysteresis: the run starts when the value
-    reaches ``enter`` and only ends when it falls below ``exit`` or the
-    reading goes missing (an unknown value never extends a run)."""
+    reaches ``enter`` and only ends when it falls below ``exit``, the reading
+    goes missing (an unknown value never extends a run), or the samples have
+    a gap longer than ``max_gap_s``: a dip nobody saw may have been in it, so
+    a run is never claimed across time that was not watched."""
 
-    __slots__ = ("since",)
+    __slots__ = ("last_t", "since")
 
     def __init__(self) -> None:
         self.since: float | None = None
+        self.last_t: float | None = None
 
-    def update(self, t: float, value: float | None, enter: float, exit: float) -> None:
+    def update(self, t: float, value: float | None, enter: float, exit: float, max_gap_s: float) -> None:
+        if self.last_t is not None and t - self.last_t > max_gap_s:
+            self.since = None
+        self.last_t = t
         if value is None or value < exit:
             self.since = None
         elif value >= enter and self.since is None:
@@ -148,11 +154,12 @@ class PodWindow:
         self.store.add(t, sample.store_fraction)
 
         frac = sample.working_set_fraction
-        self.critical.update(t, frac, s.critical_fraction, s.critical_fraction - s.hysteresis_fraction)
+        gap = s.stale_after_s  # samples further apart than this do not make one run
+        self.critical.update(t, frac, s.critical_fraction, s.critical_fraction - s.hysteresis_fraction, gap)
         full_psi = sample.psi_full_avg10_pct
-        self.pressure.update(t, full_psi, s.pressure_full_pct, s.pressure_full_pct / 2)
+        self.pressure.update(t, full_psi, s.pressure_full_pct, s.pressure_full_pct / 2, gap)
         self.store_full.update(t, sample.store_fraction, s.store_full_fraction,
-                               s.store_full_fraction - s.hysteresis_fraction)
+                               s.store_full_fraction - s.hysteresis_fraction, gap)
 
         kills = sample.oom_kill_count
         if kills is not None:

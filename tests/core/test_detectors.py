@@ -25,12 +25,15 @@ H = 3600.0
         ([(0, 0.96), (10, 0.91), (20, 0.96)], 20),  # below exit resets
         ([(0, 0.96), (10, None), (20, 0.96)], 20),  # a missing reading never extends a run
         ([(0, 0.93), (10, 0.94)], None),  # never reached enter
+        # A gap longer than max_gap (120) restarts the run: a dip may have been in it.
+        ([(0, 0.96), (500, 0.96), (510, 0.97)], 500),
+        ([(0, 0.96), (100, 0.96), (210, 0.97)], 0),  # gaps within max_gap keep it
     ],
 )
 def test_hold_timer_hysteresis(values: list[tuple[float, float | None]], expect_since: float | None) -> None:
     timer = HoldTimer()
     for t, v in values:
-        timer.update(t, v, 0.95, 0.92)
+        timer.update(t, v, 0.95, 0.92, 120)
     assert timer.since == expect_since
 
 

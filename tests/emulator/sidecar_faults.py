@@ -75,7 +75,7 @@ class SidecarProxy:
             headers, _, body = rest.partition(b"\r\n\r\n")
             is_samples = head.split(b" ", 2)[1].startswith(b"/v1/samples") if b" " in head else False
             if is_samples and b" 200 " in status_line:
-                body = self._spoil(mode, body)
+                body = spoil(mode, body)
             self.answers[mode] = self.answers.get(mode, 0) + 1
             kept = [h for h in headers.split(b"\r\n") if not h.lower().startswith(b"content-length:")]
             out = b"\r\n".join([status_line, *kept, b"Content-Length: %d" % len(body)]) + b"\r\n\r\n" + body
@@ -88,23 +88,24 @@ class SidecarProxy:
         finally:
             writer.close()
 
-    @staticmethod
-    def _spoil(mode: Mode, body: bytes) -> bytes:
-        if mode is Mode.GARBAGE:
-            return os.urandom(256)
-        if mode is Mode.TRUNCATED:
-            return body[: len(body) // 2]
-        if mode is Mode.SKEWED:
-            doc = json.loads(body)
-            samples = list(reversed(doc.get("samples") or []))
-            for i, s in enumerate(samples):
-                if i % 3 == 0:
-                    s["time"] = float(s["time"]) + 86400.0  # a clock a day ahead
-            doc["samples"] = samples
-            return json.dumps(doc).encode()
-        if mode is Mode.BEHIND:
-            doc = json.loads(body)
-            for s in doc.get("samples") or []:
-                s["time"] = float(s["time"]) - 86400.0
-            return json.dumps(doc).encode()
-        return body
+
+def spoil(mode: Mode, body: bytes) -> bytes:
+    """A samples answer as a faulty sidecar would send it."""
+    if mode is Mode.GARBAGE:
+        return os.urandom(256)
+    if mode is Mode.TRUNCATED:
+        return body[: len(body) // 2]
+    if mode is Mode.SKEWED:
+        doc = json.loads(body)
+        samples = list(reversed(doc.get("samples") or []))
+        for i, s in enumerate(samples):
+            if i % 3 == 0:
+                s["time"] = float(s["time"]) + 86400.0  # a clock a day ahead
+        doc["samples"] = samples
+        return json.dumps(doc).encode()
+    if mode is Mode.BEHIND:
+        doc = json.loads(body)
+        for s in doc.get("samples") or []:
+            s["time"] = float(s["time"]) - 86400.0
+        return json.dumps(doc).encode()
+    return body

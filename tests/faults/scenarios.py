@@ -301,7 +301,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("api-429", "API: 429 on 25% of all calls", api_429),
     Scenario("api-5xx", "API: 500/503 on 25% of all calls", api_5xx),
     Scenario("api-slow", "API: every answer 0.1-0.8 s late", api_slow),
-    Scenario("api-watch", "API: watches dropped every 1 s, history expired (410), every list's version expired",
+    Scenario("api-watch", "API: watches dropped every 1 s; resuming them answers 410 Gone",
              watch_drops_and_410),
     Scenario("sidecar-down", "sidecar of the leaking pod down for 6 s", sidecar_act(Mode.DOWN, 6, only_leaking=True)),
     Scenario("sidecar-slow", "all sidecars answer after the 2 s timeout for 6 s", sidecar_act(Mode.SLOW, 6)),
