@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from memoryguard.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide
+from memoryguard.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide, urgency
 from memoryguard.core.settings import PolicySettings
 from memoryguard.operator import patches, rotation, sidecar_client
 from memoryguard.operator import podinfo as pi
@@ -346,11 +346,11 @@ class GuardLoop:
             # Persist at once: after an eviction the pod (and its annotations) are gone.
             await self.write_status({"rotations": self.rotations_status()})
 
-    def history_for(self, p: pi.PodInfo, now: float, extra: Mapping[tuple[str, str], int]) -> RotationHistory:
+    def history_for(self, p: pi.PodInfo, now: float) -> RotationHistory:
         assert self.inflight is not None
         group_key = (p.cluster, p.group)
         rots = list(self.inflight.values())
-        in_group = sum(1 for r in rots if (r.cluster, r.group) == group_key) + extra.get(group_key, 0)
+        in_group = sum(1 for r in rots if (r.cluster, r.group) == group_key)
         starts = [r.requested_at for r in rots] + [float(r.get("requestedAt") or 0) for r in self.recent
                                                    if r.get("outcome") == "rotated"]
         group_starts = [r.requested_at for r in rots if (r.cluster, r.group) == group_key] + [
@@ -359,7 +359,7 @@ class GuardLoop:
             is_head=p.is_head, pod_rotation_in_flight=p.uid in self.inflight or bool(p.rotation_phase) or p.terminating,
             group_in_flight=in_group, group_short=self.group_short(p.cluster, p.group),
             group_last_rotation_s=max(group_starts) if group_starts else None,
-            guard_rotations_last_hour=sum(1 for t in starts if now - t < 3600) + sum(extra.values()),
+            guard_rotations_last_hour=sum(1 for t in starts if now - t < 3600),
             remediation_advised=False, user_requested=p.user_requested)
 
     def group_short(self, cluster: str, group: str) -> int:
@@ -380,7 +380,10 @@ class GuardLoop:
     async def poll_and_decide(self, spec: GuardSpec, pods: Sequence[pi.PodInfo],
                               clusters: Sequence[dict[str, Any]]) -> list[st.PodView]:
         """Poll every pod's sidecar concurrently and decide on each as soon as
-        its samples are in, so a fresh sample waits for no other pod."""
+        its samples are in, so a fresh sample waits for no other pod. Pods
+        that want a rotation are rotated once every pod has been heard, most
+        urgent first: a group's slots go to the pods nearest their OOM, not
+        to the first to answer."""
         assert self.settings is not None and self.inflight is not None
         settings = self.settings
         live = {p.uid for p in pods}
@@ -388,7 +391,7 @@ class GuardLoop:
             if uid not in live:
                 del self.tracks[uid]
         sem = asyncio.Semaphore(POLL_CONCURRENCY)
-        started: dict[tuple[str, str], int] = {}
+        wanting: list[tuple[pi.PodInfo, PodTrack]] = []
         by_cluster = {c["metadata"]["name"]: c for c in clusters}
         views: dict[str, st.PodView] = {}
 
@@ -410,33 +413,36 @@ class GuardLoop:
                 track.error = res.error if not res.samples else None
                 for sample in res.samples:
                     track.window.add(sample)
-            views[p.name] = await self.decide_one(spec, p, track, started, by_cluster)
+            views[p.name] = await self.decide_one(spec, p, track, by_cluster, wanting)
 
         await asyncio.gather(*(one(p) for p in pods))
+        # One at a time, so each sees the slots the ones before it took; the
+        # policy decides again with them (it may now defer, and says why).
+        for p, track in sorted(wanting, key=lambda w: urgency(w[1].last_decision)):
+            views[p.name] = await self.decide_one(spec, p, track, by_cluster, None)
         return [views[k] for k in sorted(views)]
 
     async def decide_one(self, spec: GuardSpec, p: pi.PodInfo, track: PodTrack,
-                         started: dict[tuple[str, str], int], by_cluster: Mapping[str, dict[str, Any]]) -> st.PodView:
+                         by_cluster: Mapping[str, dict[str, Any]],
+                         wanting: list[tuple[pi.PodInfo, PodTrack]] | None) -> st.PodView:
+        """Decide on one pod and act, except that a rotation is only noted in
+        ``wanting`` when given (to be started in order of urgency)."""
         assert self.settings is not None
         now = self.s.clock.now()
         t0 = time.perf_counter()
-        decisions = decide(settings=self.settings, window=track.window, history=self.history_for(p, now, started),
-                           now_s=now)
-        self.s.metrics.decision_seconds.labels(self.namespace, self.name).observe(time.perf_counter() - t0)
-        if track.window.last is not None:
-            self.s.metrics.sample_to_decision.labels(self.namespace, self.name).observe(
-                max(0.0, self.s.clock.real_seconds(now - track.window.last.time_s)))
+        decisions = decide(settings=self.settings, window=track.window, history=self.history_for(p, now), now_s=now)
         track.last_decision = decisions[0]
-        for d in decisions:
-            if d.action is Action.ROTATE and not d.dry_run:
-                # Take the group's slot before the first await: the other pods'
-                # decisions run meanwhile and must see it (maxUnavailable).
-                started[(p.cluster, p.group)] = started.get((p.cluster, p.group), 0) + 1
+        if wanting is not None:
+            self.s.metrics.decision_seconds.labels(self.namespace, self.name).observe(time.perf_counter() - t0)
+            if track.window.last is not None:
+                self.s.metrics.sample_to_decision.labels(self.namespace, self.name).observe(
+                    max(0.0, self.s.clock.real_seconds(now - track.window.last.time_s)))
+            if any(d.action is Action.ROTATE and not d.dry_run for d in decisions):
+                wanting.append((p, track))
+                return st.PodView(p.name, p.group, decisions[0], track.error)
         for d in decisions:
             if d.action is Action.ROTATE:
                 await self.rotate(spec, p, d)
-                if not d.dry_run:  # now counted in self.inflight (or it failed to start)
-                    started[(p.cluster, p.group)] -= 1
             elif d.action is Action.REMEDIATE:
                 await self.remediate(spec, by_cluster.get(p.cluster), p, d, "jemalloc")
             if d.reason in STORE_REASONS and spec.spilling.mode != Mode.OFF:

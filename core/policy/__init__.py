@@ -6,11 +6,12 @@ Purely computational: no I/O, no clock, no Kubernetes. The operator, the
 - ``PodWindow.add(sample)`` folds a new sample into the pod's state
   (amortised O(1); the trend is refitted once per bucket, not per sample);
 - ``decide(settings=..., window=..., history=..., now_s=...)`` returns the
-  decisions, each with a reason a person can read and its evidence.
+  decisions, each with a reason a person can read and its evidence;
+- ``urgency(decision)`` orders pods that want a rotation (nearest harm first).
 """
 
-from memoryguard.core.policy.decide import decide
+from memoryguard.core.policy.decide import decide, urgency
 from memoryguard.core.policy.types import Action, Decision, Evidence, Reason, RotationHistory
 from memoryguard.core.policy.window import PodWindow
 
-__all__ = ["Action", "Decision", "Evidence", "PodWindow", "Reason", "RotationHistory", "decide"]
+__all__ = ["Action", "Decision", "Evidence", "PodWindow", "Reason", "RotationHistory", "decide", "urgency"]

@@ -191,3 +191,17 @@ def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHist
                          f"{summary(ev)}; trend needs {fmt_duration(settings.trend_min_span_s)} of history", ev)]
     tail = f", projected OOM in {fmt_duration(ev.projected_oom_s)}" if ev.projected_oom_s is not None else ""
     return [Decision(Action.NONE, Reason.HEALTHY, f"{summary(ev)}{tail}", ev)]
+
+
+def urgency(decision: Decision | None) -> float:
+    """Seconds until the harm a rotation would prevent (0: it is here), so
+    that when several pods of a group want one, the nearest their OOM or a
+    full object store goes first."""
+    if decision is None:
+        return float("inf")
+    ev = decision.evidence
+    if decision.reason is Reason.PROJECTED_OOM and ev.projected_oom_s is not None:
+        return ev.projected_oom_s
+    if decision.reason is Reason.OBJECT_STORE_FILLING and ev.store_projected_full_s is not None:
+        return ev.store_projected_full_s
+    return 0.0

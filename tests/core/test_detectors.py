@@ -203,3 +203,17 @@ def test_out_of_order_samples_are_rejected() -> None:
     assert not w.add(sample(50, 0.9))
     assert not w.add(sample(100, 0.9))
     assert w.samples_rejected == 2 and w.last is not None and w.last.time_s == 100
+
+
+def test_urgency_puts_the_nearest_harm_first() -> None:
+    from memoryguard.core.policy import Decision, Evidence, urgency
+
+    def d(reason: Reason, eta: float | None = None, store_eta: float | None = None) -> Decision:
+        return Decision(Action.ROTATE, reason, "", Evidence(projected_oom_s=eta, store_projected_full_s=store_eta))
+
+    wanting = {"creep-3h": d(Reason.PROJECTED_OOM, 3 * H), "critical": d(Reason.CRITICAL_USAGE, 9 * H),
+               "creep-1h": d(Reason.PROJECTED_OOM, 1 * H), "store-2h": d(Reason.OBJECT_STORE_FILLING, None, 2 * H),
+               "oom-killed": d(Reason.OOM_KILLED)}
+    order = sorted(wanting, key=lambda k: urgency(wanting[k]))
+    assert order[:2] == ["critical", "oom-killed"] and order[2:] == ["creep-1h", "store-2h", "creep-3h"]
+    assert urgency(None) == float("inf")
