@@ -71,9 +71,12 @@ def desired_replicas(rc: Mapping[str, Any]) -> dict[tuple[str, str], int]:
     """(cluster, group) -> how many pods KubeRay keeps: 1 head, and per
     worker group ``replicas`` x ``numOfHosts`` (multi-host groups)."""
     name = str((rc.get("metadata") or {}).get("name", ""))
-    spec = rc.get("spec") or {}
+    raw_spec = rc.get("spec")
+    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    raw_groups = spec.get("workerGroupSpecs")
+    groups: list[Any] = raw_groups if isinstance(raw_groups, list) else []
     out = {(name, pi.HEAD_GROUP): 1}
-    for g in spec.get("workerGroupSpecs") or []:
+    for g in groups:
         if not isinstance(g, Mapping) or not isinstance(g.get("groupName"), str):
             continue
         try:

@@ -129,3 +129,22 @@ def test_rotation_marks_of_any_content_adopt_within_budget(marks: list[dict[str,
     assert len(loop.inflight) <= PolicySettings().max_unavailable
     for r in loop.inflight.values():
         assert r.phase in rotation.PHASES and math.isfinite(r.requested_at)
+
+
+def test_desired_replicas_counts_hosts_and_the_head() -> None:
+    from memoryguard.operator.guarding import desired_replicas
+
+    rc = {"metadata": {"name": "rc"}, "spec": {"workerGroupSpecs": [
+        {"groupName": "cpu", "replicas": 3}, {"groupName": "tpu", "replicas": 2, "numOfHosts": 4},
+        {"groupName": "bad", "replicas": "x"}, {"replicas": 5}]}}
+    assert desired_replicas(rc) == {("rc", "headgroup"): 1, ("rc", "cpu"): 3, ("rc", "tpu"): 8}
+
+
+@settings(max_examples=200)
+@given(json_values)
+def test_desired_replicas_of_any_spec(spec: object) -> None:
+    from memoryguard.operator.guarding import desired_replicas
+
+    out = desired_replicas({"metadata": {"name": "rc"}, "spec": spec if isinstance(spec, dict) else {
+        "workerGroupSpecs": spec}})
+    assert all(isinstance(n, int) and n >= 0 for n in out.values())
