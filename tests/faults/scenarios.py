@@ -279,7 +279,7 @@ def killed_at(phase: str) -> Act:
 
 
 async def kuberay_slow(w: World, rng: random.Random) -> None:
-    w.kuberay.replace_delay_s = 4.0  # 2,400 s on the 600x clock, within replacementTimeoutSeconds 3600
+    w.kuberay.replace_delay_s = 4.0  # 2,400 s on the 600x clock, within replacementTimeoutSeconds
     await w.wait_for(lambda: w.api.evictions, 60, "the eviction")
 
 
@@ -317,9 +317,13 @@ SCENARIOS: tuple[Scenario, ...] = (
              expect="restart adopts the annotated pod; one eviction"),
     Scenario("kill-drained", "operator SIGKILLed after draining (evictions failing)", killed_at("evicting"),
              expect="restart resumes at the eviction; one eviction"),
+    # The replacement takes 2,400 s of clock plus the pod's start; the timeout
+    # leaves room for a loaded machine (a restart alone takes seconds).
     Scenario("kill-evicted", "operator SIGKILLed after evicting (replacement pending)", killed_at("replacing"),
+             guard_spec={"rotation": {"replacementTimeoutSeconds": 10800}},
              expect="restart waits for the replacement; one eviction"),
-    Scenario("kuberay-slow", "KubeRay replaces after 2,400 s (clock)", kuberay_slow),
+    Scenario("kuberay-slow", "KubeRay replaces after 2,400 s (clock)", kuberay_slow,
+             guard_spec={"rotation": {"replacementTimeoutSeconds": 10800}}),
     Scenario("kuberay-never", "KubeRay never replaces; two leaking workers, maxUnavailable 1", kuberay_never,
              rotated=0, failed=1, leaking=frozenset({0, 1}), replace_delay_s=None,
              guard_spec={"rotation": {"replacementTimeoutSeconds": 1200}},

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.e2e
 
 async def _setup(w) -> str:  # type: ignore[no-untyped-def]
     await start_cluster(w, 2)
-    w.api.put("memoryguards", guard())
+    # Room for a slow replacement plus the restart on a loaded machine (18 s real).
+    w.api.put("memoryguards", guard(rotation={"replacementTimeoutSeconds": 10800}))
     return str(w.kuberay.created[1])
 
 
