@@ -26,7 +26,7 @@ from ..emulator.api import ApiError
 from ..emulator.referee import PHASE, Referee
 from ..emulator.sidecar_faults import Mode
 from ..emulator.world import World, world
-from ..operator.conftest import HEALTHY, LEAK, guard, start_cluster
+from ..operator.conftest import HEALTHY, LEAK, guard, leaking_pods, start_cluster
 
 LIVED_S = 20000.0  # leak_steady OOMs at 28,905 s; the policy acts about 2 h before
 STALE_AFTER_S = 1800.0
@@ -137,11 +137,6 @@ async def for_a_while(w: World, seconds: float) -> None:
 
 def phase_of(w: World, pod: str) -> str | None:
     return ((w.api.get("pods", "default", pod) or {}).get("metadata", {}).get("annotations") or {}).get(PHASE)
-
-
-def leaking_pods(w: World) -> list[str]:
-    """Pods replaying the leak, in the order KubeRay created them."""
-    return [n for n in w.kuberay.created if n in w.sidecars and w.sidecars[n].trace == LEAK]
 
 
 def leaking_pod(w: World) -> str:

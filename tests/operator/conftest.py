@@ -70,3 +70,9 @@ def by_worker_index(leaking: set[int]) -> Any:
         return LEAK if n in leaking else HEALTHY[n % len(HEALTHY)]
 
     return trace_for
+
+
+def leaking_pods(w: Any) -> list[str]:
+    """The pods replaying the leak, in the order KubeRay created them (the
+    traces are handed out in the order the pods start, which may differ)."""
+    return [n for n in w.kuberay.created if n in w.sidecars and w.sidecars[n].trace == LEAK]

@@ -10,7 +10,7 @@ import pytest
 
 from ..emulator.api import ApiError
 from ..emulator.world import world
-from .conftest import by_worker_index, guard, start_cluster
+from .conftest import by_worker_index, guard, leaking_pods, start_cluster
 
 pytestmark = pytest.mark.e2e
 
@@ -19,7 +19,7 @@ async def _setup(w) -> str:  # type: ignore[no-untyped-def]
     await start_cluster(w, 2)
     # Room for a slow replacement plus the restart on a loaded machine (18 s real).
     w.api.put("memoryguards", guard(rotation={"replacementTimeoutSeconds": 10800}))
-    return str(w.kuberay.created[1])
+    return leaking_pods(w)[0]
 
 
 async def test_killed_while_evicting(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ..emulator.world import world
-from .conftest import by_worker_index, guard, start_cluster
+from .conftest import by_worker_index, guard, leaking_pods, start_cluster
 
 pytestmark = pytest.mark.e2e
 LEAK_OOM_S = 28905  # examples/traces/labels.json: leak_steady
@@ -18,7 +18,7 @@ LEAK_OOM_S = 28905  # examples/traces/labels.json: leak_steady
 async def test_leaking_worker_is_rotated_before_oom_healthy_never(tmp_path: Path) -> None:
     async with world(tmp_path, by_worker_index({0})) as w:
         await start_cluster(w, 3)
-        leaking = w.kuberay.created[1]  # [0] is the head
+        leaking = leaking_pods(w)[0]
         w.api.put("memoryguards", guard())
         await w.start_operator()
         ev = await w.wait_for(lambda: [e for e in w.api.evictions if e[1] == leaking], 90, "the leaking pod evicted")
@@ -52,7 +52,7 @@ def _starts_and_ends(w) -> list[tuple[str, float]]:  # type: ignore[no-untyped-d
 async def test_two_leaks_in_one_group_rotate_one_after_the_other(tmp_path: Path) -> None:
     async with world(tmp_path, by_worker_index({0, 1})) as w:
         await start_cluster(w, 3)
-        leaking = set(w.kuberay.created[1:3])
+        leaking = set(leaking_pods(w))
         w.api.put("memoryguards", guard(rotation={"maxUnavailable": 1, "cooldownSeconds": 0}))
         await w.start_operator()
         await w.wait_for(lambda: len(w.events("WorkerRotated")) >= 2, 120, "two rotations")
@@ -65,7 +65,7 @@ async def test_two_leaks_in_one_group_rotate_one_after_the_other(tmp_path: Path)
 async def test_pdb_429_delays_never_bypasses(tmp_path: Path) -> None:
     async with world(tmp_path, by_worker_index({0})) as w:
         await start_cluster(w, 2)
-        leaking = w.kuberay.created[1]
+        leaking = leaking_pods(w)[0]
         # A budget that allows no disruption at all in the group.
         w.api.put("poddisruptionbudgets", {"metadata": {"name": "no-disruption", "namespace": "default"},
                                            "spec": {"minAvailable": 2, "selector": {"matchLabels": {
@@ -85,7 +85,7 @@ async def test_pdb_429_delays_never_bypasses(tmp_path: Path) -> None:
 async def test_dry_run_changes_nothing(tmp_path: Path) -> None:
     async with world(tmp_path, by_worker_index({0})) as w:
         await start_cluster(w, 2)
-        leaking = w.kuberay.created[1]
+        leaking = leaking_pods(w)[0]
         before_pods = {p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in w.pods()}
         before_rc = w.api.get("rayclusters", "default", "raycluster-kuberay")
         w.api.put("memoryguards", guard(dryRun=True, sidecar={"inject": True, "port": 19108},
