@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 import kmock  # noqa: E402
 import yaml  # noqa: E402
+from operator_scale import proc_cpu_rss  # noqa: E402  (benchmarks/, beside this script)
 
 from memoryguard.core import commands  # noqa: E402
 from memoryguard.core.samples import Sample  # noqa: E402
@@ -122,8 +123,7 @@ class FakeSidecar:
 
 
 def rss_mib(pid: int) -> float:
-    return next(int(x.split()[1]) for x in Path(f"/proc/{pid}/status").read_text().splitlines()
-                if x.startswith("VmRSS")) / 1024
+    return proc_cpu_rss(pid)[1]
 
 
 async def soak(minutes: float, workers: int, speed: float, seed: int) -> dict[str, Any]:

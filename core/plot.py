@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from memoryguard.core.simulate import Replay
 from memoryguard.core.traces import Trace
@@ -44,8 +45,16 @@ def plot_replays(pairs: Sequence[tuple[Trace, Replay]], out: str | Path) -> None
         ax.set_title(trace.name, fontsize=9, loc="left")
         ax.set_ylabel("GiB", fontsize=7)
         ax.tick_params(labelsize=7)
+    save_grid(fig, axes, out, xlabel="hours since pod start", dpi=90)
+
+
+def save_grid(fig: Any, axes: Any, out: str | Path, *, xlabel: str, dpi: int) -> None:
+    """Finish a column of timelines (legend on the first, x label on the
+    last) and write it; shared with the demo's timeline."""
+    import matplotlib.pyplot as plt
+
     axes[0, 0].legend(fontsize=7, loc="upper left")
-    axes[-1, 0].set_xlabel("hours since pod start")
+    axes[-1, 0].set_xlabel(xlabel)
     fig.tight_layout()
-    fig.savefig(out, dpi=90)
+    fig.savefig(out, dpi=dpi)
     plt.close(fig)

@@ -360,20 +360,19 @@ class GuardLoop:
             float(r.get("requestedAt") or 0) for r in self.recent if (r.get("cluster"), r.get("group")) == group_key]
         return RotationHistory(
             is_head=p.is_head, pod_rotation_in_flight=p.uid in self.inflight or bool(p.rotation_phase) or p.terminating,
-            group_in_flight=in_group, group_short=self.group_short(p.cluster, p.group),
+            group_in_flight=in_group, group_short=self.group_short(p.cluster, p.group, in_group),
             group_last_rotation_s=max(group_starts) if group_starts else None,
             guard_rotations_last_hour=sum(1 for t in starts if now - t < 3600),
             remediation_advised=False, user_requested=p.user_requested)
 
-    def group_short(self, cluster: str, group: str) -> int:
-        """Ready pods the group lacks, rotations in flight aside: the
+    def group_short(self, cluster: str, group: str, rotating: int) -> int:
+        """Ready pods the group lacks, its ``rotating`` pods aside: the
         RayCluster's replicas for the group, less its pods that are ready,
         not going and not rotating. 0 when the group is unknown."""
         assert self.inflight is not None
         wanted = self.desired.get((cluster, group))
         if wanted is None:
             return 0
-        rotating = sum(1 for r in self.inflight.values() if (r.cluster, r.group) == (cluster, group))
         available = sum(1 for q in self.snapshot if q.cluster == cluster and q.group == group and q.ready
                         and q.phase == "Running" and not q.terminating and not q.rotation_phase
                         and q.uid not in self.inflight)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryguard.core import commands
+from memoryguard.core.plot import save_grid
 from memoryguard.core.traces import read_labels, read_trace
 
 from .world import SIDECAR_PORT, World, world
@@ -181,11 +182,7 @@ class Demo:
                 ax.annotate("rotated", ((w.clock(evicted[name]) - w.epoch) / 3600, 1), color="red", fontsize=7)
             ax.set_title(f"{name}: {self.assigned[name]}", fontsize=8, loc="left")
             ax.tick_params(labelsize=7)
-        axes[0, 0].legend(fontsize=7, loc="upper left")
-        axes[-1, 0].set_xlabel("hours (simulated)")
-        fig.tight_layout()
-        fig.savefig(out, dpi=80)
-        plt.close(fig)
+        save_grid(fig, axes, out, xlabel="hours (simulated)", dpi=80)
 
 
 def cluster(workers: int) -> dict[str, Any]:

@@ -99,9 +99,8 @@ class Referee:
         for d in plain:
             self.violate("plain delete", f"pod {d[2]} deleted without the Eviction API")
         events = self.api.objects("events")
-        ended = {e["reason"]: [x for x in events if x["reason"] == e["reason"]] for e in events}
-        rotated = ended.get("WorkerRotated", [])
-        failed = ended.get("WorkerRotationFailed", [])
+        rotated = [e for e in events if e["reason"] == "WorkerRotated"]
+        failed = [e for e in events if e["reason"] == "WorkerRotationFailed"]
         inflight: set[str] = set()
         recent: list[dict[str, Any]] = []
         total, complete = 0, True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection
 from typing import Any
 
 from memoryguard.core import commands
@@ -56,9 +57,11 @@ async def start_cluster(w: Any, workers: int) -> None:
                      30, f"the head and {workers} running workers")
 
 
-def by_worker_index(leaking: set[int]) -> Any:
-    """trace_for: the n-th worker pod created gets the leak if n in ``leaking``
-    (replacements are healthy); the head and others replay healthy traces."""
+def by_worker_index(leaking: Collection[int], *, lived_s: float = 0.0, workers: int = 0) -> Any:
+    """trace_for: the n-th worker pod to start gets the leak if n in
+    ``leaking`` (replacements are healthy); the head and others replay
+    healthy traces. The first ``workers`` workers start ``lived_s`` into
+    their trace (as after a long run); replacements start fresh."""
     seen: list[str] = []
 
     def trace_for(pod: dict[str, Any]) -> Any:
@@ -67,7 +70,7 @@ def by_worker_index(leaking: set[int]) -> Any:
             return HEALTHY[0]
         seen.append(pod["metadata"]["name"])
         n = len(seen) - 1
-        return LEAK if n in leaking else HEALTHY[n % len(HEALTHY)]
+        return (LEAK if n in leaking else HEALTHY[n % len(HEALTHY)], lived_s if n < workers else 0.0)
 
     return trace_for
 
