@@ -314,6 +314,7 @@ class GuardLoop:
                                 gcs: Mapping[str, str | None]) -> None:
         assert self.inflight is not None
         changed = False
+        ended: list[tuple[EventReason, str]] = []
         for uid, rot in list(self.inflight.items()):
             before = (rot.phase, rot.refused)
             try:
@@ -341,13 +342,18 @@ class GuardLoop:
                                     "finishedAt": self.s.clock.now(), "outcome": outcome})
                 self.recent = self.recent[-st.MAX_RECENT:]
                 self.s.metrics.rotations.labels(self.namespace, self.name, rot.reason.split(":", 1)[0], outcome).inc()
-                await self.event(EventReason.ROTATED if out.done else EventReason.ROTATION_FAILED, out.message)
+                ended.append((EventReason.ROTATED if out.done else EventReason.ROTATION_FAILED, out.message))
                 changed = True
             elif (rot.phase, rot.refused) != before:
                 changed = True
         if changed:
             # Persist at once: after an eviction the pod (and its annotations) are gone.
             await self.write_status({"rotations": self.rotations_status()})
+        # The Events go after the status, as a rotation's start does: whoever
+        # sees WorkerRotated finds it counted, and the durable record (which a
+        # restarted operator resumes from) never lags the announcement.
+        for reason, message in ended:
+            await self.event(reason, message)
 
     def history_for(self, p: pi.PodInfo, now: float) -> RotationHistory:
         assert self.inflight is not None
