@@ -17,6 +17,7 @@ class OperatorConfig:
     api_timeout_s: float = 30.0
     watch_timeout_s: int = 300  # server-side watch timeout; kopf re-watches
     drain: bool = True  # drain Ray nodes through the GCS before evicting
+    drain_rpc_timeout_s: float = 15.0  # wait this long for the GCS to answer a drain, then evict anyway
     time_scale: float = 1.0  # demo and tests only: the operator clock runs this much faster
     epoch: float | None = None  # ... from this unix time
     sidecar_image: str = DEFAULT_SIDECAR_IMAGE  # injected when a guard names no image
@@ -35,6 +36,7 @@ def from_env(env: dict[str, str] | None = None) -> OperatorConfig:
         api_timeout_s=float(get("API_TIMEOUT_SECONDS", "30")),
         watch_timeout_s=int(get("WATCH_TIMEOUT_SECONDS", "300")),
         drain=get("DRAIN", "true").lower() in ("1", "true", "yes"),
+        drain_rpc_timeout_s=float(get("DRAIN_RPC_TIMEOUT_SECONDS", "15")),
         time_scale=float(get("TIME_SCALE", "1")),
         epoch=float(epoch) if epoch else None,
         sidecar_image=get("SIDECAR_IMAGE", DEFAULT_SIDECAR_IMAGE),

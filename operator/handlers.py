@@ -47,7 +47,8 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         start_http_server(cfg.metrics_port, addr=cfg.metrics_host, registry=metrics.registry)
     kube = Kube(load_credentials(), timeout_s=cfg.api_timeout_s)
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, force_close=True))
-    _shared["shared"] = guarding.Shared(kube=kube, drainer=RayGcsDrainer() if cfg.drain else NoDrainer(),
+    drainer = RayGcsDrainer(rpc_timeout_s=cfg.drain_rpc_timeout_s) if cfg.drain else NoDrainer()
+    _shared["shared"] = guarding.Shared(kube=kube, drainer=drainer,
                                         http=http, clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics,
                                         sidecar_image=cfg.sidecar_image)
 

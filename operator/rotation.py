@@ -97,7 +97,7 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
             return Outcome()
         if pod.ip and gcs_address:
             result = await drainer.drain(gcs_address=gcs_address, node_ip=pod.ip, deadline_s=drain_timeout_s,
-                                         reason=f"memoryguard: {rot.reason}", timeout_s=15.0)
+                                         reason=f"memoryguard: {rot.reason}")
             msg = result.message
             if not result.skipped:
                 await report(EventReason.DRAINED if result.ok else EventReason.DRAIN_FAILED, f"{rot.pod}: {msg}")

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from memoryguard.operator import kube
+from memoryguard.operator import config, kube
 from memoryguard.operator.guardspec import read_guard_spec
 
 from ..emulator.api import _strip_k8s_extensions
@@ -115,6 +115,16 @@ def test_operator_pod_is_restricted(helm: str) -> None:
     assert env["MEMORYGUARD_SIDECAR_IMAGE"] == "ghcr.io/memoryguard/memoryguard-sidecar:0.1.0"
 
 
+def test_chart_values_reach_the_operator_settings(helm: str) -> None:
+    def settings(*args: str) -> config.OperatorConfig:
+        dep = next(d for d in render(helm, *args) if d["kind"] == "Deployment")
+        return config.from_env({e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]})
+    default = settings()
+    assert (default.drain, default.drain_rpc_timeout_s, default.metrics_port) == (True, 15.0, 8080)
+    changed = settings("--set", "drain.enabled=false,drain.rpcTimeoutSeconds=4,metrics.port=9000")
+    assert (changed.drain, changed.drain_rpc_timeout_s, changed.metrics_port) == (False, 4.0, 9000)
+
+
 def test_network_policy_opens_only_the_sidecar_port_narrowly(helm: str) -> None:
     pol = next(d for d in render(helm) if d["kind"] == "NetworkPolicy")
     open_rule, sidecar_rule = pol["spec"]["ingress"]
@@ -124,7 +134,7 @@ def test_network_policy_opens_only_the_sidecar_port_narrowly(helm: str) -> None:
 
 
 @pytest.mark.parametrize("bad", ["logLevel=LOUD", "metrics.port=80", "watchNamespaces={Bad_NS}",
-                                 "image.digest=sha1:abc", "bogus=1"])
+                                 "image.digest=sha1:abc", "bogus=1", "drain.rpcTimeoutSeconds=0"])
 def test_values_schema_rejects_nonsense(helm: str, bad: str) -> None:
     out = subprocess.run([helm, "template", "mg", str(CHART), "--set", bad], capture_output=True, text=True,
                          timeout=60)

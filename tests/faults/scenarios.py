@@ -44,6 +44,7 @@ class Scenario:
     workers: int = 3
     guard_spec: dict[str, Any] = dataclasses.field(default_factory=dict)
     replace_delay_s: float | None = 0.3
+    operator_env: dict[str, str] = dataclasses.field(default_factory=dict)
     expect: str = "the leaking worker rotated once the fault cleared"
 
 
@@ -69,7 +70,7 @@ async def play(workdir: Path, sc: Scenario, *, seed: int = 7) -> Result:
         await start_cluster(w, sc.workers)
         ref.leaking = set(leaking_pods(w))
         w.api.put("memoryguards", guard(**spec))
-        await w.start_operator()
+        await w.start_operator(extra_env=sc.operator_env)
         problem = ""
         try:
             await sc.act(w, rng)
@@ -253,6 +254,16 @@ def killed_at(phase: str) -> Act:
     return act
 
 
+async def gcs_unreachable(w: World, rng: random.Random) -> None:
+    # Draining is on, and nothing listens at the head pod's GCS port: the
+    # real Ray client is asked, and the rotation must go on without it.
+    failed = await w.wait_for(lambda: [e for e in w.api.objects("events") if e["reason"] == "WorkerDrainFailed"],
+                              60, "the drain reported failed")
+    assert "timed out" in failed[0]["message"], failed[0]["message"]
+    assert failed[0]["type"] == "Warning"
+    await w.wait_for(lambda: w.api.evictions, 60, "the eviction after the failed drain")
+
+
 async def kuberay_slow(w: World, rng: random.Random) -> None:
     w.kuberay.replace_delay_s = 4.0  # 2,400 s on the 600x clock, within replacementTimeoutSeconds
     await w.wait_for(lambda: w.api.evictions, 60, "the eviction")
@@ -297,6 +308,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("kill-evicted", "operator SIGKILLed after evicting (replacement pending)", killed_at("replacing"),
              guard_spec={"rotation": {"replacementTimeoutSeconds": 10800}},
              expect="restart waits for the replacement; one eviction"),
+    Scenario("gcs-down", "Ray GCS unreachable when the worker is drained", gcs_unreachable,
+             operator_env={"MEMORYGUARD_DRAIN": "true", "MEMORYGUARD_DRAIN_RPC_TIMEOUT_SECONDS": "1"},
+             expect="drain reported failed (Warning Event); the pod evicted all the same"),
     Scenario("kuberay-slow", "KubeRay replaces after 2,400 s (clock)", kuberay_slow,
              guard_spec={"rotation": {"replacementTimeoutSeconds": 10800}}),
     Scenario("kuberay-never", "KubeRay never replaces; two leaking workers, maxUnavailable 1", kuberay_never,

@@ -1,16 +1,20 @@
 """The drain adapter against a real two-node Ray on loopback: a head at
 127.0.0.3 and a second node at 127.0.0.2 (see tests/rayfixture.py). The second node is drained (and
-leaves the cluster); the head is never drained."""
+leaves the cluster); the head is never drained. And against a GCS that is
+not there: the answer comes at the adapter's timeout, and the Ray client's
+own long wait holds up nothing else."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
 
 from memoryguard.operator.drain import RayGcsDrainer
 
-from ..procs import wait_until
+from ..procs import free_port, wait_until
 from ..rayfixture import ray_head, ray_worker_node
 
 pytestmark = pytest.mark.ray
@@ -26,15 +30,39 @@ def _alive(gcs: str) -> dict[str, bool]:
 def test_drain_second_node_not_head() -> None:
     with ray_head("127.0.0.3") as head, ray_worker_node(head, ip="127.0.0.2"):
         wait_until(lambda: _alive(head.gcs_address).get("127.0.0.2"), 60, what="the second node to join")
-        d = RayGcsDrainer()
+        d = RayGcsDrainer(rpc_timeout_s=10)
         refused = asyncio.run(d.drain(gcs_address=head.gcs_address, node_ip="127.0.0.3", deadline_s=30,
-                                      reason="test", timeout_s=10))
+                                      reason="test"))
         assert not refused.ok and "head" in refused.message
         assert asyncio.run(d.drain(gcs_address=head.gcs_address, node_ip="127.0.0.9", deadline_s=30,
-                                   reason="test", timeout_s=10)).message == "no alive Ray node at 127.0.0.9"
+                                   reason="test")).message == "no alive Ray node at 127.0.0.9"
         result = asyncio.run(d.drain(gcs_address=head.gcs_address, node_ip="127.0.0.2", deadline_s=30,
-                                     reason="memoryguard: projected OOM", timeout_s=10))
+                                     reason="memoryguard: projected OOM"))
         assert result.ok, result.message
         # An idle node drains at once: its raylet exits and the GCS marks it dead.
         wait_until(lambda: _alive(head.gcs_address).get("127.0.0.2") is False, 60, what="the node to be drained")
         assert _alive(head.gcs_address)["127.0.0.3"] is True
+
+
+async def test_unreachable_gcs_answers_at_the_timeout_and_holds_up_nothing() -> None:
+    gcs = f"127.0.0.41:{free_port('127.0.0.41')}"  # nothing listens there
+    d = RayGcsDrainer(rpc_timeout_s=1.0, max_pending=2)
+    loop = asyncio.get_running_loop()
+    t0 = time.monotonic()
+    first = await asyncio.gather(*(d.drain(gcs_address=gcs, node_ip=f"127.0.0.{i}", deadline_s=60, reason="test")
+                                   for i in (42, 43)))
+    answered_s = time.monotonic() - t0
+    assert [r.ok for r in first] == [False, False]
+    assert all("timed out after 1 s" in r.message for r in first), first
+    # Ray's client goes on waiting for the absent GCS (about 35 s) in the
+    # abandoned threads; while it does, a third drain is skipped at once...
+    assert d.running == 2
+    third = await d.drain(gcs_address=gcs, node_ip="127.0.0.44", deadline_s=60, reason="test")
+    assert not third.ok and "2 earlier drains still wait on the GCS" in third.message
+    # ... the loop's default executor (DNS lookups for the API) is free ...
+    assert await asyncio.wait_for(loop.run_in_executor(None, lambda: "free"), 1.0) == "free"
+    # ... and nothing will wait for those threads at exit.
+    hung = [t for t in threading.enumerate() if t.name.startswith("ray-drain-")]
+    assert len(hung) == 2 and all(t.daemon for t in hung)
+    # The answers came at the adapter's timeout, not the client's 35 s.
+    assert answered_s < 10, f"answered after {answered_s:.1f} s"
