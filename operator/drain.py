@@ -73,7 +73,7 @@ class RayGcsDrainer:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
 
-        def settle(result: T | None, exc: BaseException | None) -> None:
+        def settle(result: T | None, exc: Exception | None) -> None:
             if fut.done():  # abandoned at the timeout
                 return
             if exc is not None:
@@ -82,10 +82,11 @@ class RayGcsDrainer:
                 fut.set_result(result)  # type: ignore[arg-type]
 
         def run() -> None:
-            result, exc = None, None
+            result: T | None = None
+            exc: Exception | None = None
             try:
                 result = fn(*args)
-            except BaseException as e:  # handed to the waiting coroutine
+            except Exception as e:  # handed to the waiting coroutine
                 exc = e
             finally:
                 with self._lock:
