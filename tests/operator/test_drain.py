@@ -7,6 +7,7 @@ own long wait holds up nothing else."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 
@@ -44,25 +45,37 @@ def test_drain_second_node_not_head() -> None:
         assert _alive(head.gcs_address)["127.0.0.3"] is True
 
 
-async def test_unreachable_gcs_answers_at_the_timeout_and_holds_up_nothing() -> None:
-    gcs = f"127.0.0.41:{free_port('127.0.0.41')}"  # nothing listens there
+@pytest.mark.parametrize("gcs_kind", ["nothing listens", "accepts, never answers"])
+async def test_unreachable_gcs_answers_at_the_timeout_and_holds_up_nothing(gcs_kind: str) -> None:
+    host = "127.0.0.41" if gcs_kind == "nothing listens" else "127.0.0.51"
+    mute = socket.socket()
+    if gcs_kind == "nothing listens":
+        gcs = f"{host}:{free_port(host)}"
+    else:  # the kernel completes the handshakes; nobody ever reads or writes
+        mute.bind((host, 0))
+        mute.listen(16)
+        gcs = f"{host}:{mute.getsockname()[1]}"
+    nodes = [f"{host[:-1]}{i}" for i in (2, 3, 4)]  # this case's own node IPs, so its own threads
     d = RayGcsDrainer(rpc_timeout_s=1.0, max_pending=2)
     loop = asyncio.get_running_loop()
-    t0 = time.monotonic()
-    first = await asyncio.gather(*(d.drain(gcs_address=gcs, node_ip=f"127.0.0.{i}", deadline_s=60, reason="test")
-                                   for i in (42, 43)))
-    answered_s = time.monotonic() - t0
-    assert [r.ok for r in first] == [False, False]
-    assert all("timed out after 1 s" in r.message for r in first), first
-    # Ray's client goes on waiting for the absent GCS (about 35 s) in the
-    # abandoned threads; while it does, a third drain is skipped at once...
-    assert d.running == 2
-    third = await d.drain(gcs_address=gcs, node_ip="127.0.0.44", deadline_s=60, reason="test")
-    assert not third.ok and "2 earlier drains still wait on the GCS" in third.message
-    # ... the loop's default executor (DNS lookups for the API) is free ...
-    assert await asyncio.wait_for(loop.run_in_executor(None, lambda: "free"), 1.0) == "free"
-    # ... and nothing will wait for those threads at exit.
-    hung = [t for t in threading.enumerate() if t.name.startswith("ray-drain-")]
-    assert len(hung) == 2 and all(t.daemon for t in hung)
-    # The answers came at the adapter's timeout, not the client's 35 s.
-    assert answered_s < 10, f"answered after {answered_s:.1f} s"
+    try:
+        t0 = time.monotonic()
+        first = await asyncio.gather(*(d.drain(gcs_address=gcs, node_ip=ip, deadline_s=60, reason="test")
+                                       for ip in nodes[:2]))
+        answered_s = time.monotonic() - t0
+        assert [r.ok for r in first] == [False, False]
+        assert all("timed out after 1 s" in r.message for r in first), first
+        # Ray's client goes on waiting for the GCS (about 35 s) in the
+        # abandoned threads; while it does, a third drain is skipped at once...
+        assert d.running == 2
+        third = await d.drain(gcs_address=gcs, node_ip=nodes[2], deadline_s=60, reason="test")
+        assert not third.ok and "2 earlier drains still wait on the GCS" in third.message
+        # ... the loop's default executor (DNS lookups for the API) is free ...
+        assert await asyncio.wait_for(loop.run_in_executor(None, lambda: "free"), 1.0) == "free"
+        # ... and nothing will wait for those threads at exit.
+        hung = [t for t in threading.enumerate() if t.name in {f"ray-drain-{ip}" for ip in nodes}]
+        assert len(hung) == 2 and all(t.daemon for t in hung)
+        # The answers came at the adapter's timeout, not the client's 35 s.
+        assert answered_s < 10, f"answered after {answered_s:.1f} s"
+    finally:
+        mute.close()
