@@ -104,7 +104,9 @@ class GuardLoop:
         self.body: Mapping[str, Any] = {}
         self.contested: dict[str, str] = {}  # RayCluster -> the older guard that has it
         self.pdbs: dict[str, tuple[int, float]] = {}  # PDB name -> (maxUnavailable, when ensured)
-        self.snapshot: list[pi.PodInfo] = []  # this cycle's pods of the selected clusters
+        # (cluster, group) -> uids of its pods that were ready, running and
+        # unmarked when this cycle listed them (group_short counts them).
+        self.available: dict[tuple[str, str], list[str]] = {}
         self.desired: dict[tuple[str, str], int] = {}  # (cluster, group) -> pods KubeRay keeps
 
     # -- reporting --------------------------------------------------------------
@@ -152,7 +154,10 @@ class GuardLoop:
             log.warning("%s/%s: API error, retrying next cycle: %s", self.namespace, self.name, e)
             return spec.sampling.interval_s
         guarded = [p for p in all_pods if self.is_guarded(spec, p)]
-        self.snapshot = all_pods
+        self.available = {}
+        for q in all_pods:
+            if q.ready and q.phase == "Running" and not q.terminating and not q.rotation_phase:
+                self.available.setdefault((q.cluster, q.group), []).append(q.uid)
         self.desired = {key: n for c in clusters for key, n in desired_replicas(c).items()}
         self.adopt_annotated(all_pods)
         gcs = {c["metadata"]["name"]: self.gcs_address(c, all_pods) for c in clusters}
@@ -289,8 +294,8 @@ class GuardLoop:
                 # Marks anyone with pod patch rights could have written: adopt
                 # them only at a known step and within the group's budget, so
                 # annotations alone can never drive more evictions at once.
-                in_group = sum(1 for r in self.inflight.values() if (r.cluster, r.group) == (p.cluster, p.group))
-                if p.rotation_phase not in rotation.PHASES or in_group >= self.settings.max_unavailable:
+                if (p.rotation_phase not in rotation.PHASES
+                        or self.rotating_in(p.cluster, p.group) >= self.settings.max_unavailable):
                     log.warning("%s/%s: rotation marks on %s (phase %r) not adopted: unknown step or the group "
                                 "is at maxUnavailable", self.namespace, self.name, p.name, p.rotation_phase[:40])
                     continue
@@ -359,7 +364,7 @@ class GuardLoop:
         assert self.inflight is not None
         group_key = (p.cluster, p.group)
         rots = list(self.inflight.values())
-        in_group = sum(1 for r in rots if (r.cluster, r.group) == group_key)
+        in_group = self.rotating_in(p.cluster, p.group)
         starts = [r.requested_at for r in rots] + [float(r.get("requestedAt") or 0) for r in self.recent
                                                    if r.get("outcome") == "rotated"]
         group_starts = [r.requested_at for r in rots if (r.cluster, r.group) == group_key] + [
@@ -371,17 +376,20 @@ class GuardLoop:
             guard_rotations_last_hour=sum(1 for t in starts if now - t < 3600),
             remediation_advised=False, user_requested=p.user_requested)
 
+    def rotating_in(self, cluster: str, group: str) -> int:
+        assert self.inflight is not None
+        return sum(1 for r in self.inflight.values() if (r.cluster, r.group) == (cluster, group))
+
     def group_short(self, cluster: str, group: str, rotating: int) -> int:
         """Ready pods the group lacks, its ``rotating`` pods aside: the
         RayCluster's replicas for the group, less its pods that are ready,
-        not going and not rotating. 0 when the group is unknown."""
+        not going and not rotating. 0 when the group is unknown. Only the
+        group's own pods are looked at (this runs once per pod per cycle)."""
         assert self.inflight is not None
         wanted = self.desired.get((cluster, group))
         if wanted is None:
             return 0
-        available = sum(1 for q in self.snapshot if q.cluster == cluster and q.group == group and q.ready
-                        and q.phase == "Running" and not q.terminating and not q.rotation_phase
-                        and q.uid not in self.inflight)
+        available = sum(1 for uid in self.available.get((cluster, group), ()) if uid not in self.inflight)
         return max(0, wanted - available - rotating)
 
     # -- sampling and deciding -------------------------------------------------------

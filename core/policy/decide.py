@@ -79,11 +79,11 @@ def _fire(rule: Rule, look: Look) -> list[str] | None:
     return None
 
 
-def evidence_for(window: PodWindow, settings: PolicySettings, now_s: float, look: Look | None = None) -> Evidence:
+def evidence_for(look: Look) -> Evidence:
+    window, now_s = look.window, look.now_s
     last = window.last
     if last is None:
         return Evidence()
-    look = look or Look.at(window, settings, now_s)
     ws_proj, st_proj = look.creep[1], look.filling[1]
     return Evidence(
         working_set_bytes=last.working_set_bytes,
@@ -142,7 +142,7 @@ def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHist
     if last is None:
         return [Decision(Action.NONE, Reason.NO_SAMPLES, "no samples from the sidecar yet", Evidence())]
     look = Look.at(window, settings, now_s)  # the trend projections, once per decision
-    ev = evidence_for(window, settings, now_s, look)
+    ev = evidence_for(look)
     age = now_s - last.time_s
     if age > settings.stale_after_s:
         return [Decision(Action.NONE, Reason.SAMPLES_STALE,

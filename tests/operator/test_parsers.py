@@ -148,3 +148,23 @@ def test_desired_replicas_of_any_spec(spec: object) -> None:
     out = desired_replicas({"metadata": {"name": "rc"}, "spec": spec if isinstance(spec, dict) else {
         "workerGroupSpecs": spec}})
     assert all(isinstance(n, int) and n >= 0 for n in out.values())
+
+
+def test_group_short_counts_missing_and_unready_pods_and_rotations_started_this_cycle() -> None:
+    from memoryguard.operator.clock import Clock
+    from memoryguard.operator.guarding import GuardLoop, Shared
+
+    loop = GuardLoop(Shared(kube=None, drainer=None, http=None, clock=Clock(), metrics=None),  # type: ignore[arg-type]
+                     "default", "leak-guard")
+    loop.inflight = {}
+    loop.desired = {("rc", "g"): 4}
+    # KubeRay keeps 4; one is missing and one is not ready: 2 available.
+    loop.available = {("rc", "g"): ["a", "b"]}
+    assert loop.group_short("rc", "g", rotating=0) == 2
+    # One of the available pods starts rotating this cycle: it leaves the
+    # available ones and counts as rotating, so the group is no shorter.
+    loop.inflight["a"] = rotation.InFlight(pod="a", uid="a", cluster="rc", group="g", reason="", requested_at=0.0,
+                                           phase="draining")
+    assert loop.rotating_in("rc", "g") == 1
+    assert loop.group_short("rc", "g", rotating=1) == 2
+    assert loop.group_short("rc", "other", rotating=0) == 0  # a group the RayCluster does not name
