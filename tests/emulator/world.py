@@ -143,6 +143,10 @@ class World:
     def events(self, reason: str | None = None) -> list[dict[str, Any]]:
         return [e for e in self.api.objects("events") if reason is None or e.get("reason") == reason]
 
+    def guard_status(self, name: str = "leak-guard") -> dict[str, Any]:
+        """The guard's status as the API holds it ({} before the first write)."""
+        return (self.api.get("memoryguards", "default", name) or {}).get("status") or {}
+
     def pods(self, group: str | None = None) -> list[dict[str, Any]]:
         return [p for p in self.api.objects("pods", "default")
                 if group is None or p["metadata"]["labels"].get("ray.io/group") == group]

@@ -90,11 +90,8 @@ async def play(workdir: Path, sc: Scenario, *, seed: int = 7) -> Result:
 
 
 def settled(w: World, sc: Scenario) -> bool:
-    events = w.api.objects("events")
-    rotated = sum(1 for e in events if e["reason"] == "WorkerRotated")
-    failed = sum(1 for e in events if e["reason"] == "WorkerRotationFailed")
-    status = (w.api.get("memoryguards", "default", "leak-guard") or {}).get("status") or {}
-    inflight = (status.get("rotations") or {}).get("inFlight") or []
+    rotated, failed = len(w.events("WorkerRotated")), len(w.events("WorkerRotationFailed"))
+    inflight = (w.guard_status().get("rotations") or {}).get("inFlight") or []
     return rotated >= sc.rotated and failed >= sc.failed and not inflight
 
 
@@ -180,8 +177,8 @@ async def watch_drops_and_410(w: World, rng: random.Random) -> None:
     assert g is not None
     g["spec"]["rotation"]["cooldownSeconds"] = 900
     generation = w.api.put("memoryguards", g)["metadata"]["generation"]
-    await w.wait_for(lambda: ((w.api.get("memoryguards", "default", "leak-guard") or {}).get("status") or {}).get(
-        "observedGeneration") == generation, 30, "the changed spec seen after the watch faults")
+    await w.wait_for(lambda: w.guard_status().get("observedGeneration") == generation, 30,
+                     "the changed spec seen after the watch faults")
 
 
 def sidecar_act(mode: Mode, seconds: float, *, only_leaking: bool = False) -> Act:
@@ -206,7 +203,7 @@ async def sidecar_behind(w: World, rng: random.Random) -> None:
     # Past the trace's OOM: a guard acting on the stale stamps would have rotated it.
     await for_a_while(w, 16)
     assert not w.api.evictions, "rotated on samples a day old"
-    pods = ((w.api.get("memoryguards", "default", "leak-guard") or {}).get("status") or {}).get("pods") or {}
+    pods = w.guard_status().get("pods") or {}
     said = json.dumps(pods.get(leak) or {})
     assert "old" in said or "stale" in said.lower(), f"the status does not say the samples are stale: {said}"
 
@@ -247,9 +244,8 @@ def killed_at(phase: str) -> Act:
         await w.stop_operator(w.operators[-1], kill=True)
         w.api.faults.clear()
         await w.start_operator()
-        await w.wait_for(lambda: any(e["reason"] == "WorkerRotated" for e in w.api.objects("events")), 60,
-                         "the resumed rotation")
-        started = [e for e in w.api.objects("events") if e["reason"] == "WorkerRotationStarted"]
+        await w.wait_for(lambda: w.events("WorkerRotated"), 60, "the resumed rotation")
+        started = w.events("WorkerRotationStarted")
         assert len(started) == 1, f"{len(started)} WorkerRotationStarted: started again instead of resumed"
     return act
 
@@ -257,8 +253,7 @@ def killed_at(phase: str) -> Act:
 async def gcs_unreachable(w: World, rng: random.Random) -> None:
     # Draining is on, and nothing listens at the head pod's GCS port: the
     # real Ray client is asked, and the rotation must go on without it.
-    failed = await w.wait_for(lambda: [e for e in w.api.objects("events") if e["reason"] == "WorkerDrainFailed"],
-                              60, "the drain reported failed")
+    failed = await w.wait_for(lambda: w.events("WorkerDrainFailed"), 60, "the drain reported failed")
     assert "timed out" in failed[0]["message"], failed[0]["message"]
     assert failed[0]["type"] == "Warning"
     await w.wait_for(lambda: w.api.evictions, 60, "the eviction after the failed drain")
@@ -270,13 +265,12 @@ async def kuberay_slow(w: World, rng: random.Random) -> None:
 
 
 async def kuberay_never(w: World, rng: random.Random) -> None:
-    await w.wait_for(lambda: any(e["reason"] == "WorkerRotationFailed" for e in w.api.objects("events")), 60,
-                     "the rotation reported failed")
+    await w.wait_for(lambda: w.events("WorkerRotationFailed"), 60, "the rotation reported failed")
     # The second leaking worker waits: its group is already a pod short.
     await for_a_while(w, 4)
     assert len(w.api.evictions) == 1, w.api.evictions
     second = next(n for n in leaking_pods(w) if n != w.api.evictions[0][1])
-    pods = ((w.api.get("memoryguards", "default", "leak-guard") or {}).get("status") or {}).get("pods") or {}
+    pods = w.guard_status().get("pods") or {}
     said = json.dumps(pods.get(second) or {})
     assert "short of 1 ready pod" in said, f"the status does not say why {second} waits: {said}"
 

@@ -46,12 +46,10 @@ async def test_killed_while_waiting_for_the_replacement(tmp_path: Path) -> None:
         first = await w.start_operator()
         await w.wait_for(lambda: w.api.evictions, 90, "the eviction")
 
-        def in_flight() -> list[str]:
-            status = (w.api.get("memoryguards", "default", "leak-guard") or {}).get("status") or {}
-            return [r["phase"] for r in (status.get("rotations") or {}).get("inFlight", [])]
         # The eviction is written to the status just after it is made; kill
         # once it is there (the phase the test is about), not in between.
-        await w.wait_for(lambda: in_flight() == ["replacing"], 10, "the replacing phase in the status")
+        await w.wait_for(lambda: [r["phase"] for r in (w.guard_status().get("rotations") or {}).get("inFlight", [])]
+                         == ["replacing"], 10, "the replacing phase in the status")
         await w.stop_operator(first, kill=True)
         await w.start_operator()
         await w.wait_for(lambda: w.events("WorkerRotated"), 60, "the rotation to finish after the restart")
