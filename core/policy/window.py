@@ -70,7 +70,12 @@ class HoldTimer:
             self.since = t
 
     def held_for(self, now_s: float) -> float:
-        return 0.0 if self.since is None else max(0.0, now_s - self.since)
+        """How long the run has been seen: up to the last sample, never up to
+        ``now_s`` beyond it (while a sidecar is silent, its last reading must
+        not keep "holding" on its own)."""
+        if self.since is None or self.last_t is None:
+            return 0.0
+        return max(0.0, min(now_s, self.last_t) - self.since)
 
 
 class Series:

@@ -37,6 +37,15 @@ def test_hold_timer_hysteresis(values: list[tuple[float, float | None]], expect_
     assert timer.since == expect_since
 
 
+def test_a_run_is_held_only_as_long_as_it_was_seen() -> None:
+    timer = HoldTimer()
+    for t in (0, 10, 20, 30):
+        timer.update(t, 0.97, 0.95, 0.92, 120)
+    assert timer.held_for(30) == 30
+    # The samples stop (a sidecar down): the last reading does not hold on its own.
+    assert timer.held_for(1800) == 30
+
+
 CASES = [
     # name, fn(t) -> working-set fraction, hours, expected first-rotation window (h) or None
     ("flat", lambda t: 0.5, 12, None),
@@ -90,6 +99,25 @@ def test_critical_usage_needs_duration() -> None:
     longer = series(lambda t: 0.97 if t >= 600 else 0.5, 0.5)
     t = first_rotation(run(longer))
     assert t is not None and t >= 600 + s.critical_for_s
+
+
+@pytest.mark.parametrize("spike_s, stale_after_s, silent_for", [
+    (150, 1800, (60, 600, 1799)),  # seen in the soak (staleAfterSeconds 1800): a 2.5-min spike, a sidecar down
+    (200, 120, (110, 119)),  # the defaults: 200 s seen and 110 s unseen must not make criticalForSeconds (300)
+])
+def test_a_short_spike_then_silence_is_not_critical_usage(spike_s: float, stale_after_s: int,
+                                                          silent_for: tuple[float, ...]) -> None:
+    # A healthy pod's short spike to 97%, then its sidecar silent (for less
+    # than staleAfterSeconds): the last reading must not go on "holding".
+    s = PolicySettings(stale_after_s=stale_after_s)
+    w = window_of(series(lambda t: 0.97 if t >= 3 * H - spike_s else 0.6, 3.0), s)
+    for silence in silent_for:
+        d = decide(settings=s, window=w, history=RotationHistory(), now_s=3 * H + silence)[0]
+        assert d.reason is not Reason.CRITICAL_USAGE and d.action is not Action.ROTATE, (silence, d)
+    # The same level seen for criticalForSeconds is acted on.
+    w = window_of(series(lambda t: 0.97 if t >= 3 * H - s.critical_for_s - 15 else 0.6, 3.0), s)
+    d = decide(settings=s, window=w, history=RotationHistory(), now_s=3 * H + 60)[0]
+    assert d.reason is Reason.CRITICAL_USAGE and d.action is Action.ROTATE
 
 
 def test_missing_values_never_act() -> None:
