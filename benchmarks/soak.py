@@ -74,6 +74,9 @@ class FakeSidecar:
     async def ready(self) -> bool:
         return True
 
+    def exited(self) -> bool:
+        return self.stopped
+
     def stop(self) -> None:
         self.stopped = True
         if self.server is not None:

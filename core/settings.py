@@ -229,8 +229,18 @@ def crd_properties(section: str) -> dict[str, Any]:
                 prop["minimum"] = _round(s.minimum * scale)
             if s.maximum is not None:
                 prop["maximum"] = _round(s.maximum * scale)
-        props[s.name] = prop
+        props[s.name] = fractional_minimum(prop)
     return props
+
+
+def fractional_minimum(prop: dict[str, Any]) -> dict[str, Any]:
+    """A real API server checks an integer value against a fractional
+    ``minimum`` truncated to an integer (0 passes ``minimum: 0.1``), so such
+    a bound is also stated as a CEL rule, which sees the value as a double."""
+    lo = prop.get("minimum")
+    if prop.get("type") == "number" and isinstance(lo, float) and not lo.is_integer():
+        prop["x-kubernetes-validations"] = [{"rule": f"self >= {lo!r}", "message": f"must be at least {lo:g}"}]
+    return prop
 
 
 def _round(x: float) -> float | int:

@@ -39,12 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sidecar", help="run the sidecar (reads the Ray container's memory, serves samples)")
     sub.add_parser("record", help="record a sidecar's samples into a trace CSV")
     sub.add_parser("operator", help="run the operator")
+    sub.add_parser("uninstall", help="delete every MemoryGuard and wait for the operator to clean up (helm hook)")
     sub.add_parser("demo", help="the whole system on an emulated cluster, accelerated (from a source checkout)")
     return p
 
 
 # Subcommands with parsers of their own: everything after the name is theirs.
-PASSTHROUGH = ("sidecar", "record", "operator", "demo")
+PASSTHROUGH = ("sidecar", "record", "operator", "uninstall", "demo")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,6 +82,10 @@ def _passthrough(command: str, rest: list[str]) -> int:
             return record.main(rest)
         if command == "demo":
             return _demo(rest)
+        if command == "uninstall":
+            from memoryguard.operator import uninstall
+
+            return uninstall.main(rest)
         from memoryguard.operator import main as operator_main
 
         return operator_main.main(rest)

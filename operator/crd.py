@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from memoryguard.core.settings import crd_properties
+from memoryguard.core.settings import crd_properties, fractional_minimum
 from memoryguard.operator import guardspec
 
 GROUP = "memoryguard.io"
@@ -36,9 +36,16 @@ def spec_schema() -> dict[str, Any]:
     rotation["replacementTimeoutSeconds"] = _int(
         "How long to wait for KubeRay's replacement to be Running and Ready before the rotation is reported "
         "as failed. Unit: s.", 900, 30, 86400)
+    rotation["evictionTimeoutSeconds"] = _int(
+        "How long a rotation may keep asking for an eviction that is refused (429: a PodDisruptionBudget says "
+        "not now) before it is reported as failed, its marks are taken off the pod and its slot is released. "
+        "Unit: s.", 600, 30, 86400)
     rotation["podDisruptionBudget"] = {
-        "type": "object", "description": "Create a PodDisruptionBudget per guarded worker group (evictions "
-                                         "honour it; kubelet's own pressure evictions do not).",
+        "type": "object", "description": "Keep a PodDisruptionBudget per guarded worker group (evictions "
+                                         "honour it; kubelet's own pressure evictions do not). It is written "
+                                         "with an integer minAvailable (the group's desired pods less "
+                                         "maxUnavailable), the only form the disruption controller can compute "
+                                         "for RayCluster pods.",
         "properties": {"enabled": {"type": "boolean", "default": False},
                        "maxUnavailable": _int("Pods of a group that may be disrupted at once.", 1, 1, 100)},
     }
@@ -82,8 +89,9 @@ def spec_schema() -> dict[str, Any]:
                 "properties": {
                     "intervalSeconds": _int("How often each pod's sidecar is polled. Unit: s.", 15, 1, 3600),
                     "sidecarPort": _int("The sidecar's port on the pod IP.", 9108, 1, 65535),
-                    "timeoutSeconds": {"type": "number", "default": 5, "minimum": 0.1, "maximum": 60,
-                                       "description": "Timeout of one poll. Unit: s."},
+                    "timeoutSeconds": fractional_minimum({
+                        "type": "number", "default": 5, "minimum": 0.1, "maximum": 60,
+                        "description": "Timeout of one poll. Unit: s."}),
                 },
             },
             "policy": {"type": "object", "default": {}, "properties": policy,
@@ -142,7 +150,8 @@ def crd() -> dict[str, Any]:
         {"name": "Pods", "type": "integer", "jsonPath": ".status.summary.pods"},
         {"name": "At risk", "type": "integer", "jsonPath": ".status.summary.atRisk"},
         {"name": "Rotations", "type": "integer", "jsonPath": ".status.rotations.total"},
-        {"name": "Last action", "type": "string", "jsonPath": ".status.lastAction"},
+        # At most status.BRIEF_MAX characters: the full text is in lastAction and the Events.
+        {"name": "Last action", "type": "string", "jsonPath": ".status.lastActionBrief"},
         {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]

@@ -20,18 +20,19 @@ import json
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
 
 from memoryguard.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide, urgency
 from memoryguard.core.settings import PolicySettings
-from memoryguard.operator import patches, rotation, sidecar_client
+from memoryguard.operator import budgets, patches, rotation, sidecar_client
 from memoryguard.operator import podinfo as pi
 from memoryguard.operator import status as st
 from memoryguard.operator.clock import Clock
 from memoryguard.operator.drain import Drainer
+from memoryguard.operator.eventqueue import EventPoster, PendingEvent, pod_ref
 from memoryguard.operator.events import EventReason
 from memoryguard.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec, Mode, SpecError, read_guard_spec
 from memoryguard.operator.kube import ApiError, Kube
@@ -40,7 +41,6 @@ from memoryguard.operator.metrics import OperatorMetrics
 log = logging.getLogger("memoryguard.operator")
 STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})
 POLL_CONCURRENCY = 64
-PDB_RECHECK_S = 600.0  # re-ensure a PodDisruptionBudget this often (someone may have removed it)
 
 
 @dataclasses.dataclass
@@ -48,6 +48,7 @@ class Shared:
     """What every guard's loop uses, made once at startup."""
 
     kube: Kube
+    events: EventPoster
     drainer: Drainer
     http: aiohttp.ClientSession
     clock: Clock
@@ -69,7 +70,9 @@ def iso(t: float) -> str:
 
 def desired_replicas(rc: Mapping[str, Any]) -> dict[tuple[str, str], int]:
     """(cluster, group) -> how many pods KubeRay keeps: 1 head, and per
-    worker group ``replicas`` x ``numOfHosts`` (multi-host groups)."""
+    worker group ``replicas`` held within ``[minReplicas, maxReplicas]``
+    times ``numOfHosts``, 0 when the group is suspended (KubeRay's
+    ``GetWorkerGroupDesiredReplicas``)."""
     name = str((rc.get("metadata") or {}).get("name", ""))
     raw_spec = rc.get("spec")
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
@@ -80,7 +83,11 @@ def desired_replicas(rc: Mapping[str, Any]) -> dict[tuple[str, str], int]:
         if not isinstance(g, Mapping) or not isinstance(g.get("groupName"), str):
             continue
         try:
-            n = int(g.get("replicas", 0) or 0) * max(1, int(g.get("numOfHosts", 1) or 1))
+            lo = int(g.get("minReplicas") or 0)
+            hi = int(g["maxReplicas"]) if g.get("maxReplicas") is not None else 2**31 - 1
+            replicas = lo if g.get("replicas") is None else int(g["replicas"])
+            replicas = hi if lo > hi else min(max(replicas, lo), hi)
+            n = 0 if g.get("suspend") is True else replicas * max(1, int(g.get("numOfHosts", 1) or 1))
         except (TypeError, ValueError):
             continue
         out[(name, g["groupName"])] = max(0, n)
@@ -101,24 +108,42 @@ class GuardLoop:
         self.invalid_generation: int | None = None
         self.last_status: dict[str, Any] | None = None
         self.last_action: str | None = None
+        self.last_action_brief: str | None = None  # the printer column's text: reason and object, <= 60 chars
         self.body: Mapping[str, Any] = {}
         self.contested: dict[str, str] = {}  # RayCluster -> the older guard that has it
-        self.pdbs: dict[str, tuple[int, float]] = {}  # PDB name -> (maxUnavailable, when ensured)
         # (cluster, group) -> uids of its pods that were ready, running and
         # unmarked when this cycle listed them (group_short counts them).
         self.available: dict[tuple[str, str], list[str]] = {}
         self.desired: dict[tuple[str, str], int] = {}  # (cluster, group) -> pods KubeRay keeps
 
     # -- reporting --------------------------------------------------------------
-    async def event(self, reason: EventReason, message: str) -> None:
+    async def event(self, reason: EventReason, message: str, *, also: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Report on the guard and on the objects acted on (``also``: the
+        pod a rotation is about, the RayCluster a patch changed), so that
+        ``kubectl describe`` of either says what MemoryGuard did to it. The
+        Events are queued, never awaited."""
         self.last_action = f"{reason.value}: {message}"[:256]
+        subject = next((str((o.get("metadata") or {}).get("name", "")) for o in also), "")
+        self.last_action_brief = f"{reason.value} {subject}".strip()[:st.BRIEF_MAX]
         log.info("%s/%s %s: %s", self.namespace, self.name, reason.value, message)
-        await self.s.kube.event(namespace=self.namespace, involved=self.body, reason=reason.value, message=message,
-                                warning=reason.warning)
+        for involved in (self.body, *also):
+            self.s.events.post(PendingEvent(namespace=self.namespace, involved=involved, reason=reason.value,
+                                            message=message, warning=reason.warning))
 
     # -- the cycle ----------------------------------------------------------------
-    async def cycle(self, body: Mapping[str, Any]) -> float:
-        """One pass; returns the delay until the next (operator clock)."""
+    async def unmark_pods(self) -> None:
+        """Take this guard's rotation marks off every pod that has them (the
+        guard is going: nothing may be left half-rotated by it)."""
+        for p in await self.s.kube.list_pods(self.namespace, f"{pi.LABEL_IS_RAY_NODE}=yes"):
+            info = pi.pod_info(p)
+            if info.annotations.get(pi.ANN_GUARD) == self.name and not info.terminating:
+                await self.s.kube.patch_pod_annotations(self.namespace, info.name,
+                                                        dict.fromkeys(pi.ROTATION_ANNOTATIONS))
+
+    async def cycle(self, body: Mapping[str, Any], *, stopped: Callable[[], bool] = lambda: False) -> float:
+        """One pass; returns the delay until the next (operator clock).
+        ``stopped`` is asked between steps: a guard being deleted starts no
+        new step (its finalizer then cleans up)."""
         t0 = time.monotonic()
         self.body = body
         now = self.s.clock.now()
@@ -135,7 +160,8 @@ class GuardLoop:
                 await self.event(EventReason.INVALID_SPEC, "; ".join(e.problems))
             await self.write_status(st.build(generation=generation, clusters=[], pods=[], spec_error=str(e),
                                              missing_clusters=[], rotations=self.rotations_status(),
-                                             last_action=self.last_action, now_iso=iso(now), previous=previous))
+                                             last_action=self.last_action, last_action_brief=self.last_action_brief,
+                                             now_iso=iso(now), previous=previous))
             self.s.metrics.degraded(self.namespace, self.name, "InvalidSpec")
             return 30.0
         self.invalid_generation = None
@@ -147,12 +173,14 @@ class GuardLoop:
             self.load_rotations(previous)
         try:
             clusters, missing = await self.find_clusters(spec)
-            if not spec.policy.dry_run:
+            if not spec.policy.dry_run and not stopped():
                 await self.reconcile_clusters(spec, clusters)
             all_pods = await self.list_pods(clusters)
         except ApiError as e:
             log.warning("%s/%s: API error, retrying next cycle: %s", self.namespace, self.name, e)
             return spec.sampling.interval_s
+        if stopped():
+            return 0.0
         guarded = [p for p in all_pods if self.is_guarded(spec, p)]
         self.available = {}
         for q in all_pods:
@@ -162,12 +190,14 @@ class GuardLoop:
         self.adopt_annotated(all_pods)
         gcs = {c["metadata"]["name"]: self.gcs_address(c, all_pods) for c in clusters}
         await self.advance_rotations(spec, all_pods, gcs)
+        if stopped():
+            return 0.0
         views = await self.poll_and_decide(spec, guarded, clusters)
         self.publish_metrics(views, guarded)
         status = st.build(generation=generation, clusters=[c["metadata"]["name"] for c in clusters], pods=views,
                           spec_error=None, missing_clusters=missing, contested=self.contested,
-                          rotations=self.rotations_status(),
-                          last_action=self.last_action, now_iso=iso(now), previous=previous)
+                          rotations=self.rotations_status(), last_action=self.last_action,
+                          last_action_brief=self.last_action_brief, now_iso=iso(now), previous=previous)
         await self.write_status(status)
         deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
         self.s.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
@@ -229,22 +259,32 @@ class GuardLoop:
                         await self.s.kube.json_patch_raycluster(self.namespace, name, ops)
                         await self.event(EventReason.SIDECAR_INJECTED,
                                          f"sidecar added to the pod templates of RayCluster {name}; pods get it as "
-                                         "KubeRay creates them")
+                                         "KubeRay creates them", also=[rc])
                     except ApiError as e:
-                        await self.event(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}")
+                        await self.event(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}", also=[rc])
             if spec.pdb.enabled:
-                for group, _, _ in patches.templates(rc, include_head=False):
-                    if spec.selection.worker_groups and group not in spec.selection.worker_groups:
-                        continue
-                    pdb = f"memoryguard-{name}-{group}"[:253]
-                    now = self.s.clock.now()
-                    done = self.pdbs.get(pdb)
-                    if done and done[0] == spec.pdb.max_unavailable and now - done[1] < PDB_RECHECK_S:
-                        continue  # ensured lately: no two API calls per group every cycle
-                    await self.s.kube.ensure_pdb(
-                        self.namespace, pdb, {pi.LABEL_CLUSTER: name, pi.LABEL_GROUP: group},
-                        spec.pdb.max_unavailable, self.owner_ref())
-                    self.pdbs[pdb] = (spec.pdb.max_unavailable, now)
+                await self.keep_budgets(spec, rc)
+
+    async def keep_budgets(self, spec: GuardSpec, rc: Mapping[str, Any]) -> None:
+        """One PodDisruptionBudget per guarded worker group, read every cycle
+        and written only when it differs (see budgets.py for its shape)."""
+        name = rc["metadata"]["name"]
+        desired = desired_replicas(rc)
+        for group, _, _ in patches.templates(rc, include_head=False):
+            if spec.selection.worker_groups and group not in spec.selection.worker_groups:
+                continue
+            wanted = budgets.wanted_pdb(namespace=self.namespace, cluster=name, group=group,
+                                        desired_pods=desired.get((name, group), 0),
+                                        max_unavailable=spec.pdb.max_unavailable, owner=self.owner_ref())
+            pdb = wanted["metadata"]["name"]
+            current = await self.s.kube.get_pdb(self.namespace, pdb)
+            if current is None:
+                await self.s.kube.create_pdb(self.namespace, wanted)
+            elif not budgets.is_ours(current):
+                log.warning("%s/%s: PodDisruptionBudget %s exists and is not MemoryGuard's; left alone",
+                            self.namespace, self.name, pdb)
+            elif (patch := budgets.pdb_patch(current, wanted)) is not None:
+                await self.s.kube.patch_pdb(self.namespace, pdb, patch)
 
     def owner_ref(self) -> dict[str, Any]:
         meta = self.body.get("metadata") or {}
@@ -319,14 +359,19 @@ class GuardLoop:
                                 gcs: Mapping[str, str | None]) -> None:
         assert self.inflight is not None
         changed = False
-        ended: list[tuple[EventReason, str]] = []
+        ended: list[tuple[EventReason, str, dict[str, Any]]] = []
         for uid, rot in list(self.inflight.items()):
             before = (rot.phase, rot.refused)
+            pod = pod_ref(rot.pod, rot.uid)
+
+            async def report(reason: EventReason, message: str, pod: dict[str, Any] = pod) -> None:
+                await self.event(reason, message, also=[pod])
+
             try:
                 out = await rotation.advance(
                     rot, kube=self.s.kube, drainer=self.s.drainer, pods=pods, gcs_address=gcs.get(rot.cluster),
                     drain_timeout_s=spec.policy.drain_timeout_s, replacement_timeout_s=spec.replacement_timeout_s,
-                    now=self.s.clock.now(), report=self.event)
+                    eviction_timeout_s=spec.eviction_timeout_s, now=self.s.clock.now(), report=report)
             except ApiError as e:
                 # The step is repeated next cycle (each is idempotent); the
                 # other rotations go on.
@@ -347,7 +392,9 @@ class GuardLoop:
                                     "finishedAt": self.s.clock.now(), "outcome": outcome})
                 self.recent = self.recent[-st.MAX_RECENT:]
                 self.s.metrics.rotations.labels(self.namespace, self.name, rot.reason.split(":", 1)[0], outcome).inc()
-                ended.append((EventReason.ROTATED if out.done else EventReason.ROTATION_FAILED, out.message))
+                if out.eviction_timed_out:
+                    self.s.metrics.eviction_timeouts.labels(self.namespace, self.name).inc()
+                ended.append((EventReason.ROTATED if out.done else EventReason.ROTATION_FAILED, out.message, pod))
                 changed = True
             elif (rot.phase, rot.refused) != before:
                 changed = True
@@ -357,8 +404,8 @@ class GuardLoop:
         # The Events go after the status, as a rotation's start does: whoever
         # sees WorkerRotated finds it counted, and the durable record (which a
         # restarted operator resumes from) never lags the announcement.
-        for reason, message in ended:
-            await self.event(reason, message)
+        for reason, message, involved in ended:
+            await self.event(reason, message, also=[involved])
 
     def history_for(self, p: pi.PodInfo, now: float) -> RotationHistory:
         assert self.inflight is not None
@@ -471,7 +518,8 @@ class GuardLoop:
         if d.dry_run:
             if p.uid not in self.planned:
                 self.planned.add(p.uid)
-                await self.event(EventReason.ROTATION_PLANNED, f"dry run: would rotate {p.name}: {reason}")
+                await self.event(EventReason.ROTATION_PLANNED, f"dry run: would rotate {p.name}: {reason}",
+                                 also=[pod_ref(p.name, p.uid)])
             return
         try:
             rot = await rotation.start(self.s.kube, p, guard=self.name, reason=reason, now=self.s.clock.now())
@@ -480,7 +528,8 @@ class GuardLoop:
             return
         self.inflight[p.uid] = rot
         await self.write_status({"rotations": self.rotations_status()})
-        await self.event(EventReason.ROTATION_STARTED, f"rotating {p.name} (group {p.group}): {reason}")
+        await self.event(EventReason.ROTATION_STARTED, f"rotating {p.name} (group {p.group}): {reason}",
+                         also=[pod_ref(p.name, p.uid)])
 
     async def remediate(self, spec: GuardSpec, rc: Mapping[str, Any] | None, p: pi.PodInfo, d: Decision,
                         kind: str) -> None:
@@ -501,7 +550,7 @@ class GuardLoop:
         self.s.metrics.remediations.labels(self.namespace, self.name, kind, mode).inc()
         if mode == Mode.RECOMMEND or spec.policy.dry_run:
             await self.event(EventReason.REMEDIATION_RECOMMENDED,
-                             f"group {p.group} of {p.cluster}: set {what} ({why})")
+                             f"group {p.group} of {p.cluster}: set {what} ({why})", also=[rc])
             return
         ops = patches.remediation_patch(rc, p.group, env, record=f"{d.reason.value} on {p.name}")
         if not ops:
@@ -510,11 +559,11 @@ class GuardLoop:
             await self.s.kube.json_patch_raycluster(self.namespace, p.cluster, ops)
         except ApiError as e:
             self.remediated.discard(key)
-            await self.event(EventReason.REMEDIATION_FAILED, f"group {p.group} of {p.cluster}: {e}")
+            await self.event(EventReason.REMEDIATION_FAILED, f"group {p.group} of {p.cluster}: {e}", also=[rc])
             return
         await self.event(EventReason.REMEDIATION_APPLIED,
                          f"group {p.group} of {p.cluster}: set {what} in the pod template ({why}); pods get it as "
-                         "they are replaced")
+                         "they are replaced", also=[rc])
 
     # -- reporting ---------------------------------------------------------------------
     def publish_metrics(self, views: Sequence[st.PodView], pods: Sequence[pi.PodInfo]) -> None:

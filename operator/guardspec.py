@@ -97,6 +97,7 @@ class GuardSpec:
     sidecar: SidecarInjection
     pdb: Pdb
     replacement_timeout_s: float = 900.0
+    eviction_timeout_s: float = 600.0
 
 
 def _obj(spec: Mapping[str, Any], key: str, problems: list[str]) -> Mapping[str, Any]:
@@ -131,6 +132,7 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
     rotation = dict(_obj(spec, "rotation", problems))
     pdb_raw = rotation.pop("podDisruptionBudget", None) or {}
     replacement_timeout = rotation.pop("replacementTimeoutSeconds", 900)
+    eviction_timeout = rotation.pop("evictionTimeoutSeconds", 600)
     core_spec["rotation"] = rotation
     try:
         policy = PolicySettings.from_spec(core_spec)
@@ -215,7 +217,9 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
                                        problems)))
     timeout = _num({"replacementTimeoutSeconds": replacement_timeout}, "replacementTimeoutSeconds",
                    "spec.rotation", 30, 86400, 900, problems)
+    evict_timeout = _num({"evictionTimeoutSeconds": eviction_timeout}, "evictionTimeoutSeconds",
+                         "spec.rotation", 30, 86400, 600, problems)
     if problems:
         raise SpecError(problems)
     return GuardSpec(Selection(tuple(names), dict(labels), tuple(groups)), policy, sampling, jemalloc, spilling,
-                     sidecar, pdb, float(timeout))
+                     sidecar, pdb, float(timeout), float(evict_timeout))

@@ -10,9 +10,10 @@ from typing import Any
 import aiohttp
 import kopf
 
-from memoryguard.operator import config, crd, guarding, patches
+from memoryguard.operator import budgets, config, crd, guarding, patches
 from memoryguard.operator.clock import Clock
 from memoryguard.operator.drain import NoDrainer, RayGcsDrainer
+from memoryguard.operator.eventqueue import EventPoster
 from memoryguard.operator.events import EventReason
 from memoryguard.operator.guardspec import SpecError, read_guard_spec
 from memoryguard.operator.kube import ApiError, Kube, load_credentials
@@ -48,7 +49,9 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     kube = Kube(load_credentials(), timeout_s=cfg.api_timeout_s)
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, force_close=True))
     drainer = RayGcsDrainer(rpc_timeout_s=cfg.drain_rpc_timeout_s) if cfg.drain else NoDrainer()
-    _shared["shared"] = guarding.Shared(kube=kube, drainer=drainer,
+    events = EventPoster(kube)
+    events.start()
+    _shared["shared"] = guarding.Shared(kube=kube, events=events, drainer=drainer,
                                         http=http, clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics,
                                         sidecar_image=cfg.sidecar_image)
 
@@ -57,11 +60,16 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 async def cleanup(**_: Any) -> None:
     s = _shared.pop("shared", None)
     if s is not None:
+        await s.events.close()
         await s.http.close()
         await s.kube.close()
 
 
-@kopf.daemon(crd.GROUP, crd.VERSION, crd.PLURAL, cancellation_timeout=10.0)
+# On a guard's deletion kopf sets ``stopped``; the loop sees it between
+# steps and returns. The backoff is the time kopf waits for that before it
+# cancels the daemon (which would cut an API request in half and make kopf
+# "escalate"): longer than the longest cycle (a poll timeout is at most 60 s).
+@kopf.daemon(crd.GROUP, crd.VERSION, crd.PLURAL, cancellation_backoff=75.0, cancellation_timeout=10.0)
 async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | None, name: str | None,
                 **_: Any) -> None:
     """Each MemoryGuard's loop: one cycle per sampling interval until stopped."""
@@ -69,7 +77,7 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
     loop = guarding.GuardLoop(s, namespace or "", name or "")
     while not stopped:
         try:
-            delay = await loop.cycle(body)
+            delay = await loop.cycle(body, stopped=lambda: bool(stopped))
         except asyncio.CancelledError:
             raise
         except Exception:  # one bad cycle must not end the guard; the next one retries
@@ -80,15 +88,17 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
 
 @kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL)
 async def removed(spec: kopf.Spec, namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> None:
-    """Finalizer: take back the sidecar this guard injected and its PDBs."""
+    """Finalizer: take back what this guard put into other objects: its
+    rotation marks on pods, the sidecar it injected, its PDBs."""
     s = shared()
+    ns = namespace or ""
+    loop = guarding.GuardLoop(s, ns, name or "")
+    loop.body = body
+    await loop.unmark_pods()
     try:
         gs = read_guard_spec(spec, sidecar_image=s.sidecar_image)
     except SpecError:
         return
-    ns = namespace or ""
-    loop = guarding.GuardLoop(s, ns, name or "")
-    loop.body = body
     clusters, _missing = await loop.find_clusters(gs)
     for rc in clusters:
         if gs.sidecar.inject:
@@ -97,10 +107,10 @@ async def removed(spec: kopf.Spec, namespace: str | None, name: str | None, body
                 try:
                     await s.kube.json_patch_raycluster(ns, rc["metadata"]["name"], ops)
                     await loop.event(EventReason.SIDECAR_REMOVED, f"sidecar removed from RayCluster "
-                                                                 f"{rc['metadata']['name']}")
+                                                                 f"{rc['metadata']['name']}", also=[rc])
                 except ApiError as e:
-                    await loop.event(EventReason.SIDECAR_REMOVAL_FAILED, f"{rc['metadata']['name']}: {e}")
+                    await loop.event(EventReason.SIDECAR_REMOVAL_FAILED, f"{rc['metadata']['name']}: {e}", also=[rc])
                     raise kopf.TemporaryError(str(e), delay=10) from e
         if gs.pdb.enabled:
             for group, _path, _tpl in patches.templates(rc, include_head=False):
-                await s.kube.delete_pdb(ns, f"memoryguard-{rc['metadata']['name']}-{group}"[:253])
+                await s.kube.delete_pdb(ns, budgets.pdb_name(rc["metadata"]["name"], group))

@@ -31,7 +31,13 @@ API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "pods", ("list", "patch")),
     ("", "pods/eviction", ("create",)),
     ("", "events", ("create",)),
-    ("policy", "poddisruptionbudgets", ("create", "patch", "delete")),
+    ("policy", "poddisruptionbudgets", ("get", "create", "patch", "delete")),
+)
+# What the chart's pre-delete hook (``memoryguard uninstall``) needs: delete
+# every guard and watch them go while the operator still runs their
+# finalizers. Its own ServiceAccount and ClusterRole, only for the hook.
+API_USE_UNINSTALL: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("memoryguard.io", "memoryguards", ("list", "delete")),
 )
 # Cluster-scoped reads kopf makes in any mode (not namespaced).
 API_USE_CLUSTER: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -50,9 +56,10 @@ PDBS = ("policy", "v1", "poddisruptionbudgets")
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, causes: Sequence[str] = ()) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status, self.reason, self.message = status, reason, message
+        self.causes = tuple(causes)  # the Status's details.causes messages (an eviction's 429 names the PDB)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +141,11 @@ class Kube:
                         doc = await r.json(content_type=None)
                     except (aiohttp.ContentTypeError, ValueError):
                         doc = {}
-                    raise ApiError(r.status, str(doc.get("reason", r.reason)), str(doc.get("message", "")))
+                    details = doc.get("details") if isinstance(doc, dict) else None
+                    causes = details.get("causes") if isinstance(details, dict) else None
+                    raise ApiError(r.status, str(doc.get("reason", r.reason)), str(doc.get("message", ""))[:1024],
+                                   [str(c.get("message", ""))[:512] for c in (causes or [])[:4]
+                                    if isinstance(c, dict)])
                 return await r.json(content_type=None)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__) from exc
@@ -167,22 +178,17 @@ class Kube:
         await self.request("PATCH", _path(RAYCLUSTERS, namespace, name), json=list(ops),
                            content_type="application/json-patch+json")
 
-    async def merge_patch_raycluster(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        await self.request("PATCH", _path(RAYCLUSTERS, namespace, name), json=dict(patch),
-                           content_type="application/merge-patch+json")
-
-    async def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> tuple[bool, int, str]:
+    async def evict(self, namespace: str, name: str) -> tuple[bool, int, str]:
         """Ask for an eviction. (allowed, status, message): 429 means a
-        PodDisruptionBudget (or rate limiting) refuses now; retry later."""
+        PodDisruptionBudget (or rate limiting) refuses now; retry later. The
+        message carries the server's causes, which name the budget."""
         body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
                                 "metadata": {"name": name, "namespace": namespace}}
-        if dry_run:
-            body["deleteOptions"] = {"dryRun": ["All"]}
         try:
             await self.request("POST", pod_path(namespace, name, "eviction"), json=body)
         except ApiError as e:
             if e.status in (404, 429, 500):
-                return False, e.status, e.message
+                return False, e.status, "; ".join([e.message, *e.causes])
             raise
         return True, 201, "evicted"
 
@@ -190,19 +196,31 @@ class Kube:
         await self.request("PATCH", _path(MEMORYGUARDS, namespace, name, "status"), json={"status": dict(status)},
                            content_type="application/merge-patch+json")
 
-    async def ensure_pdb(self, namespace: str, name: str, labels: Mapping[str, str], max_unavailable: int,
-                         owner: Mapping[str, Any]) -> None:
-        body = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-                "metadata": {"name": name, "namespace": namespace, "ownerReferences": [dict(owner)],
-                             "labels": {"app.kubernetes.io/managed-by": "memoryguard"}},
-                "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": dict(labels)}}}
+    async def get_pdb(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            await self.request("POST", _path(PDBS, namespace), json=body)
+            return dict(await self.request("GET", _path(PDBS, namespace, name)))
         except ApiError as e:
-            if e.status != 409:
+            if e.status == 404:
+                return None
+            raise
+
+    async def create_pdb(self, namespace: str, body: Mapping[str, Any]) -> None:
+        await self.request("POST", _path(PDBS, namespace), json=dict(body))
+
+    async def patch_pdb(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        await self.request("PATCH", _path(PDBS, namespace, name), json=dict(patch),
+                           content_type="application/merge-patch+json")
+
+    async def list_all_guards(self) -> list[dict[str, Any]]:
+        doc = await self.request("GET", _path(MEMORYGUARDS, None))
+        return list(doc.get("items", []))
+
+    async def delete_guard(self, namespace: str, name: str) -> None:
+        try:
+            await self.request("DELETE", _path(MEMORYGUARDS, namespace, name))
+        except ApiError as e:
+            if e.status != 404:
                 raise
-            await self.request("PATCH", _path(PDBS, namespace, name), json={"spec": body["spec"]},
-                               content_type="application/merge-patch+json")
 
     async def delete_pdb(self, namespace: str, name: str) -> None:
         try:
@@ -216,6 +234,8 @@ class Kube:
         """A core/v1 Event. Best effort: failing to report never stops an action."""
         now = datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         meta = involved.get("metadata", {})
+        # The Event lives in its object's namespace (a real server refuses
+        # any other with 422); all our objects share the guard's.
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{meta.get('name', 'memoryguard')}.{uuid.uuid4().hex[:12]}",

@@ -29,6 +29,8 @@ class OperatorMetrics:
         self.rotations = Counter(P + "rotations", "rotations by reason and outcome", [*g, "reason", "outcome"],
                                  registry=r)
         self.evictions_refused = Counter(P + "evictions_refused", "evictions refused (429/5xx)", g, registry=r)
+        self.eviction_timeouts = Counter(P + "eviction_timeouts", "rotations given up because evictions were "
+                                         "refused past evictionTimeoutSeconds", g, registry=r)
         self.remediations = Counter(P + "remediations", "remediations by kind and mode", [*g, "kind", "mode"],
                                     registry=r)
         self.poll_errors = Counter(P + "sidecar_poll_errors", "failed sidecar polls", g, registry=r)

@@ -13,6 +13,9 @@ ANN_PHASE = "memoryguard.io/rotation-phase"  # draining | evicting
 ANN_GUARD = "memoryguard.io/rotation-guard"
 ANN_DRAIN = "memoryguard.io/rotation-drain"
 ANN_ROTATE = "memoryguard.io/rotate"  # set by a user: "now"
+# What a rotation writes on a pod, and takes back when it ends without the
+# pod going (or when its guard is deleted).
+ROTATION_ANNOTATIONS = (ANN_REQUESTED_AT, ANN_REASON, ANN_PHASE, ANN_GUARD, ANN_DRAIN)
 
 LABEL_CLUSTER = "ray.io/cluster"
 LABEL_NODE_TYPE = "ray.io/node-type"

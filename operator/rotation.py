@@ -39,12 +39,14 @@ class InFlight:
     last_attempt: float | None = None
     # Pods of the group when the pod went: a replacement is a ready pod not among them.
     peers: tuple[str, ...] = ()
+    evicting_since: float | None = None  # when the first eviction was asked (the deadline counts from it)
+    last_refusal: str = ""  # what the server said when it last refused (names the PDB when known)
 
     def to_status(self) -> dict[str, Any]:
         return {"pod": self.pod, "uid": self.uid, "cluster": self.cluster, "group": self.group,
                 "reason": self.reason, "requestedAt": self.requested_at, "phase": self.phase,
                 "evictedAt": self.evicted_at, "refused": self.refused, "lastAttempt": self.last_attempt,
-                "peers": list(self.peers)}
+                "peers": list(self.peers), "evictingSince": self.evicting_since, "lastRefusal": self.last_refusal}
 
     @classmethod
     def from_status(cls, d: Mapping[str, Any]) -> InFlight | None:
@@ -56,7 +58,9 @@ class InFlight:
                        phase=str(d["phase"]), evicted_at=None if d.get("evictedAt") is None else float(d["evictedAt"]),
                        refused=int(d.get("refused") or 0),
                        last_attempt=None if d.get("lastAttempt") is None else float(d["lastAttempt"]),
-                       peers=tuple(str(u) for u in d.get("peers") or []))
+                       peers=tuple(str(u) for u in d.get("peers") or []),
+                       evicting_since=None if d.get("evictingSince") is None else float(d["evictingSince"]),
+                       last_refusal=str(d.get("lastRefusal") or "")[:512])
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -66,6 +70,7 @@ class Outcome:
     done: bool = False
     failed: bool = False
     message: str = ""
+    eviction_timed_out: bool = False  # failed because evictions were refused past the deadline
 
 
 async def start(kube: Kube, pod: pi.PodInfo, *, guard: str, reason: str, now: float) -> InFlight:
@@ -82,8 +87,22 @@ def backoff_s(refused: int) -> float:
     return float(min(300, 10 * 2 ** min(refused, 5)))
 
 
+async def give_up_eviction(rot: InFlight, pod: pi.PodInfo, *, kube: Kube, now: float,
+                           eviction_timeout_s: float) -> Outcome:
+    """The evicting step's deadline passed: take the marks off the pod (it
+    stays, serving) and end the rotation as failed, naming what refused."""
+    await kube.patch_pod_annotations(pod.namespace, pod.name, dict.fromkeys(pi.ROTATION_ANNOTATIONS))
+    waited = now - (rot.evicting_since if rot.evicting_since is not None else rot.requested_at)
+    why = rot.last_refusal or "no answer"
+    message = (f"{rot.pod} not evicted: refused {rot.refused} time(s) over {waited:.0f} s "
+               f"(evictionTimeoutSeconds {eviction_timeout_s:.0f}); last: {why}. "
+               "The pod keeps running; its rotation marks are removed")
+    return Outcome(failed=True, eviction_timed_out=True, message=message)
+
+
 async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence[pi.PodInfo], gcs_address: str | None,
-                  drain_timeout_s: float, replacement_timeout_s: float, now: float, report: Report) -> Outcome:
+                  drain_timeout_s: float, replacement_timeout_s: float, eviction_timeout_s: float, now: float,
+                  report: Report) -> Outcome:
     """Do the next step of one rotation; safe to call again after any crash."""
     pod = next((p for p in pods if p.uid == rot.uid), None)
 
@@ -110,6 +129,10 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
         if pod is None or pod.terminating:
             gone()
             return Outcome()
+        if rot.evicting_since is None:
+            rot.evicting_since = now
+        if rot.refused and now - rot.evicting_since > eviction_timeout_s:
+            return await give_up_eviction(rot, pod, kube=kube, now=now, eviction_timeout_s=eviction_timeout_s)
         if rot.last_attempt is not None and rot.refused and now - rot.last_attempt < backoff_s(rot.refused):
             return Outcome()
         rot.last_attempt = now
@@ -118,12 +141,14 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
         except ApiError as e:
             # 5xx and timeouts: try again next cycle; never fall back to a delete.
             rot.refused += 1
+            rot.last_refusal = str(e)[:512]
             return Outcome(message=f"eviction of {rot.pod} failed: {e}")
         if allowed or status == 404:
             gone()
             await report(EventReason.EVICTED, f"{rot.pod} evicted ({rot.reason})")
             return Outcome()
         rot.refused += 1
+        rot.last_refusal = f"{status}: {message}"[:512]
         if rot.refused == 1 or rot.refused % 10 == 0:
             await report(EventReason.EVICTION_REFUSED,
                          f"{rot.pod}: eviction refused ({status}: {message}); retrying in "

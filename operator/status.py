@@ -13,6 +13,7 @@ AT_RISK = frozenset({Reason.PROJECTED_OOM, Reason.CRITICAL_USAGE, Reason.MEMORY_
                      Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL, Reason.ROTATION_DEFERRED,
                      Reason.ROTATION_IN_PROGRESS})
 MAX_RECENT = 20
+BRIEF_MAX = 60  # a printer column's widest text: `kubectl get memoryguards` stays readable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +52,8 @@ def pod_status(v: PodView) -> dict[str, Any]:
 
 def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[PodView], spec_error: str | None,
           missing_clusters: Sequence[str], rotations: Mapping[str, Any], last_action: str | None, now_iso: str,
-          previous: Mapping[str, Any], contested: Mapping[str, str] | None = None) -> dict[str, Any]:
+          previous: Mapping[str, Any], contested: Mapping[str, str] | None = None,
+          last_action_brief: str | None = None) -> dict[str, Any]:
     prev_conds = previous.get("conditions") or []
     unreachable = sorted(p.name for p in pods if p.sidecar_error)
     at_risk = sum(1 for p in pods if p.decision.reason in AT_RISK or p.decision.action is Action.ROTATE)
@@ -84,4 +86,5 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
         "pods": {p.name: pod_status(p) for p in sorted(pods, key=lambda p: p.name)},
         "rotations": dict(rotations),
         "lastAction": last_action or previous.get("lastAction"),
+        "lastActionBrief": (last_action_brief or previous.get("lastActionBrief") or "")[:BRIEF_MAX] or None,
     }

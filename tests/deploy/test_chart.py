@@ -17,7 +17,7 @@ import yaml
 from memoryguard.operator import config, kube
 from memoryguard.operator.guardspec import read_guard_spec
 
-from ..emulator.api import _strip_k8s_extensions
+from ..emulator.schema import to_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "memoryguard"
@@ -145,7 +145,7 @@ def test_values_schema_rejects_nonsense(helm: str, bad: str) -> None:
 @pytest.fixture(scope="module")
 def guard_schema() -> jsonschema.Draft7Validator:
     crd = yaml.safe_load((ROOT / "crds" / "memoryguard.io_memoryguards.yaml").read_text())
-    return jsonschema.Draft7Validator(_strip_k8s_extensions(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]))
+    return jsonschema.Draft7Validator(to_json_schema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]))
 
 
 @pytest.mark.parametrize("path", GUARDS, ids=[g.stem for g in GUARDS])

@@ -18,16 +18,28 @@ every resource request itself, following the real API's contract:
   in a merge patch or PUT that is not current answers 409;
 - the ``status`` subresource: main-resource writes keep status, status writes
   keep the rest, for kinds declared with it;
-- ``POST .../pods/<name>/eviction`` checks PodDisruptionBudgets (429 when
-  none may be disrupted, 500 when several match), then deletes the pod;
-- finalizers and ``deletionTimestamp`` on delete;
-- optional JSON-schema validation of an object against its CRD (422).
+- ``POST .../pods/<name>/eviction`` reads the matching PodDisruptionBudget's
+  ``status.disruptionsAllowed`` (429 naming the budget in
+  ``details.causes`` when it is 0, 500 when several match), records the pod
+  in the budget's ``disruptedPods``, then deletes the pod gracefully;
+  ``dryRun=All`` answers 201 and keeps the pod;
+- graceful pod deletion: a pod bound to a node (``spec.nodeName``) gets
+  ``deletionTimestamp`` and stays listed (Terminating) until the kubelet
+  stand-in (``tests/emulator/kuberay.py``) removes it; an unbound pod goes
+  at once;
+- a stand-in for kube-controller-manager's disruption controller
+  (``disruption.py``): PDB status recomputed on every pod or PDB change;
+- CRD schemas (``schema.py``): unknown fields pruned with a ``Warning``
+  header (400 under ``fieldValidation=Strict``), defaults filled in, OpenAPI
+  validation with the server's integer-bound quirk, CEL rules (422);
+- an Event whose ``involvedObject.namespace`` is not its own: 422;
+- finalizers and ``deletionTimestamp`` on delete.
 
-NOT modelled: authentication and RBAC, admission webhooks, defaulting from
-schemas, server-side apply, pagination (``limit``/``continue``), pod
-lifecycle (nothing runs: ``tests/emulator/kuberay.py`` plays KubeRay and the
-kubelet), grace periods, garbage collection by ownerReferences, API priority
-and fairness.
+NOT modelled: authentication and RBAC, admission webhooks, server-side
+apply, pagination (``limit``/``continue``), pod lifecycle beyond what the
+KubeRay/kubelet stand-in does, garbage collection by ownerReferences, API
+priority and fairness, the controller's ~1 s delay before a PDB's status
+follows a change (here it follows at once).
 
 For fault tests: ``faults`` can answer any request with an error or delay
 it; ``drop_watches()`` ends every open watch stream (as a server restart or a
@@ -53,6 +65,7 @@ import aiohttp.web
 import attrs
 import kmock
 
+from . import disruption, schema
 from .patching import PatchError, json_patch, merge_patch
 from .selectors import field_matcher, label_matcher, selector_from_spec
 
@@ -84,9 +97,9 @@ BUILTIN_KINDS = (
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, causes: list[dict[str, str]] | None = None) -> None:
         super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
+        self.status, self.reason, self.message, self.causes = status, reason, message, causes
 
 
 # A fault looks at a request and answers an error (raised to the client), a
@@ -98,8 +111,9 @@ Observer = Callable[[str, str, dict[str, Any]], None]
 _DROP = (-1, "DROP", {})
 
 
-def now_iso() -> str:
-    return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now_iso(ahead_s: float = 0.0) -> str:
+    t = datetime.datetime.now(tz=datetime.UTC) + datetime.timedelta(seconds=ahead_s)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @attrs.define(kw_only=True)
@@ -116,6 +130,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
     evictions: list[tuple[str, str, float]] = attrs.field(factory=list)  # (namespace, pod, wall time) evicted
     deletes: list[tuple[str, str, str]] = attrs.field(factory=list)  # (plural, namespace, name) plain deletes
     changed: asyncio.Event = attrs.field(factory=asyncio.Event)
+    _syncing: bool = False
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -139,6 +154,11 @@ class EmulatedApi(kmock.KubernetesScaffold):
                  namespaced=spec.get("scope", "Namespaced") == "Namespaced",
                  status_subresource="status" in (version.get("subresources") or {}),
                  schema=(version.get("schema") or {}).get("openAPIV3Schema"))
+        try:
+            schema.check_rules_compile(k.schema)
+        except Exception as e:
+            raise ApiError(422, "Invalid", f"CustomResourceDefinition {crd['metadata']['name']!r}: a CEL rule "
+                                           f"does not compile: {e}") from None
         self.add_kind(k)
         return k
 
@@ -164,15 +184,22 @@ class EmulatedApi(kmock.KubernetesScaffold):
         return self._write(k, key, obj, old, "ADDED" if old is None else "MODIFIED")
 
     def remove(self, plural: str, namespace: str, name: str) -> None:
+        """Delete now, whatever the grace period (as the kubelet does once a
+        pod's containers have stopped)."""
         k = self.kind_of(plural)
         key = (k.group, plural, namespace, name)
         if key in self.store:
-            self._delete(k, key)
+            self._delete(k, key, graceful=False)
 
     def _write(self, k: Kind, key: tuple[str, str, str, str], obj: dict[str, Any], old: dict[str, Any] | None,
-               event: str) -> dict[str, Any]:
+               event: str, pruned: list[str] | None = None) -> dict[str, Any]:
         if k.schema is not None:
-            self._validate(k, obj)
+            try:
+                obj, dropped = schema.admit(obj, k.schema, kind=f"{k.kind}.{k.group}")
+            except schema.SchemaError as e:
+                raise ApiError(422, "Invalid", str(e)) from None
+            if pruned is not None:
+                pruned.extend(dropped)
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         obj["apiVersion"], obj["kind"] = k.api_version, k.kind
@@ -192,10 +219,22 @@ class EmulatedApi(kmock.KubernetesScaffold):
         meta["resourceVersion"] = str(self.rv)
         self.store[key] = obj
         self._emit(k.plural, event, obj)
+        if k.plural in ("pods", "poddisruptionbudgets"):
+            self._sync_disruption_budgets(key[2])
         return copy.deepcopy(obj)
 
-    def _delete(self, k: Kind, key: tuple[str, str, str, str]) -> dict[str, Any]:
+    def _delete(self, k: Kind, key: tuple[str, str, str, str], *, graceful: bool = True) -> dict[str, Any]:
         obj = self.store[key]
+        if k.plural == "pods" and graceful and (obj.get("spec") or {}).get("nodeName"):
+            # A bound pod is only marked: the kubelet stops its containers
+            # and then removes it (the kubelet stand-in in kuberay.py).
+            if obj["metadata"].get("deletionTimestamp"):
+                return copy.deepcopy(obj)
+            grace = (obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["deletionTimestamp"] = now_iso(float(grace))
+            obj["metadata"]["deletionGracePeriodSeconds"] = grace
+            return self._write(k, key, obj, self.store[key], "MODIFIED")
         if obj["metadata"].get("finalizers"):
             if not obj["metadata"].get("deletionTimestamp"):
                 obj = copy.deepcopy(obj)
@@ -207,7 +246,27 @@ class EmulatedApi(kmock.KubernetesScaffold):
         obj = copy.deepcopy(obj)
         obj["metadata"]["resourceVersion"] = str(self.rv)
         self._emit(k.plural, "DELETED", obj)
+        if k.plural in ("pods", "poddisruptionbudgets"):
+            self._sync_disruption_budgets(key[2])
         return obj
+
+    def _sync_disruption_budgets(self, ns: str) -> None:
+        """The disruption controller stand-in: every PDB's status follows
+        the pods (written only when it changed, so this ends)."""
+        if self._syncing:
+            return
+        self._syncing = True
+        try:
+            pods = [o for (g, p, ons, _), o in self.store.items() if p == "pods" and ons == ns]
+            k = self.kind_of("poddisruptionbudgets")
+            for key, pdb in list(self.store.items()):
+                if key[1] != "poddisruptionbudgets" or key[2] != ns:
+                    continue
+                status = disruption.budget_status(pdb, pods, time.time())
+                if status != pdb.get("status"):
+                    self._write(k, key, {**pdb, "status": status}, pdb, "MODIFIED")
+        finally:
+            self._syncing = False
 
     def _emit(self, plural: str, event: str, obj: dict[str, Any]) -> None:
         snapshot = copy.deepcopy(obj)
@@ -231,14 +290,6 @@ class EmulatedApi(kmock.KubernetesScaffold):
         resourceVersion now answers 410 Gone, and the client must re-list."""
         self.history.clear()
         self.oldest_rv = self.rv
-
-    def _validate(self, k: Kind, obj: dict[str, Any]) -> None:
-        errors = sorted(_validator(k).iter_errors(obj), key=lambda e: list(e.path))
-        if errors:
-            e = errors[0]
-            where = ".".join(str(p) for p in e.path) or "<root>"
-            raise ApiError(422, "Invalid", f"{k.kind}.{k.group} {obj.get('metadata', {}).get('name')!r} is "
-                                            f"invalid: {where}: {e.message}")
 
     # -- HTTP -------------------------------------------------------------------
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
@@ -273,17 +324,30 @@ class EmulatedApi(kmock.KubernetesScaffold):
                     await asyncio.sleep(err)  # a slow answer
             if request.params.get("watch") in ("true", "1"):
                 return await self._watch(request, k)
-            doc = await self._serve(request, k)
+            pruned: list[str] = []
+            doc = await self._serve(request, k, pruned)
             # Creation (and an eviction) answers 201 Created, as the real server does.
-            return _json(doc, 201 if str(request.method.value).upper() == "POST" else 200)
+            resp = _json(doc, 201 if str(request.method.value).upper() == "POST" else 200)
+            for path in pruned:
+                resp.headers.add("Warning", f'299 - "unknown field \\"{path}\\""')
+            return resp
         except ApiError as e:
-            return _json(_status(e.status, e.reason, e.message), e.status)
+            return _json(_status(e.status, e.reason, e.message, e.causes), e.status)
         except PatchError as e:
             return _json(_status(422, "Invalid", str(e)), 422)
 
-    async def _serve(self, request: kmock.Request, k: Kind) -> dict[str, Any]:
+    async def _serve(self, request: kmock.Request, k: Kind, pruned: list[str]) -> dict[str, Any]:
         ns = (request.namespace or "") if k.namespaced else ""
         name, sub, method = request.name, request.subresource, str(request.method.value).upper()
+        if method in ("POST", "PUT", "PATCH") and sub != "eviction" and k.schema is not None:
+            result = self._serve_write(request, k, ns, name, sub, method, pruned)
+            if pruned and request.params.get("fieldValidation") == "Strict":
+                raise ApiError(400, "BadRequest", f'strict decoding error: unknown field "{pruned[0]}"')
+            return result
+        return self._serve_write(request, k, ns, name, sub, method, pruned)
+
+    def _serve_write(self, request: kmock.Request, k: Kind, ns: str, name: str | None, sub: str | None,
+                     method: str, pruned: list[str]) -> dict[str, Any]:
         if name is None:
             if method == "GET":
                 return self._list(request, k, ns)
@@ -298,11 +362,17 @@ class EmulatedApi(kmock.KubernetesScaffold):
                 key = (k.group, k.plural, ns or meta.get("namespace", ""), meta["name"])
                 if key in self.store:
                     raise ApiError(409, "AlreadyExists", f'{k.plural} "{meta["name"]}" already exists')
-                return self._write(k, key, body, None, "ADDED")
+                involved_ns = (body.get("involvedObject") or {}).get("namespace")
+                if k.plural == "events" and involved_ns and involved_ns != key[2]:
+                    raise ApiError(422, "Invalid", f'Event "{meta["name"]}" is invalid: involvedObject.namespace: '
+                                                   f'Invalid value: "{involved_ns}": does not match event.namespace')
+                if self._dry_run(request, body):
+                    return copy.deepcopy(body)
+                return self._write(k, key, body, None, "ADDED", pruned)
             raise ApiError(405, "MethodNotAllowed", f"{method} on a collection")
         key = (k.group, k.plural, ns, name)
         if sub == "eviction" and k.plural == "pods" and method == "POST":
-            return self._evict(ns, name)
+            return self._evict(ns, name, dry_run=self._dry_run(request, request.data))
         old = self.store.get(key)
         if old is None:
             raise ApiError(404, "NotFound", f'{k.plural} "{name}" not found')
@@ -335,7 +405,9 @@ class EmulatedApi(kmock.KubernetesScaffold):
                     if new["status"] is None:
                         new.pop("status")
             new.setdefault("metadata", {})["name"] = name
-            result = self._write(k, key, new, old, "MODIFIED")
+            if self._dry_run(request, None):
+                return new
+            result = self._write(k, key, new, old, "MODIFIED", pruned)
             meta = result["metadata"]
             if meta.get("deletionTimestamp") and not meta.get("finalizers"):
                 self._delete(k, key)
@@ -414,88 +486,59 @@ class EmulatedApi(kmock.KubernetesScaffold):
             self.watchers.remove(entry)
         return resp
 
-    def _evict(self, ns: str, name: str) -> dict[str, Any]:
+    @staticmethod
+    def _dry_run(request: kmock.Request, body: Any) -> bool:
+        """``?dryRun=All``, or (an eviction) ``deleteOptions.dryRun: [All]``."""
+        opts = (body or {}).get("deleteOptions") if isinstance(body, dict) else None
+        return request.params.get("dryRun") == "All" or "All" in ((opts or {}).get("dryRun") or [])
+
+    def _evict(self, ns: str, name: str, *, dry_run: bool = False) -> dict[str, Any]:
         key = ("", "pods", ns, name)
         pod = self.store.get(key)
         if pod is None:
             raise ApiError(404, "NotFound", f'pods "{name}" not found')
         labels = pod["metadata"].get("labels") or {}
-        pdbs = [o for (g, p, ons, _), o in self.store.items()
-                if p == "poddisruptionbudgets" and ons == ns
+        pdbs = [(k, o) for k, o in self.store.items()
+                if k[1] == "poddisruptionbudgets" and k[2] == ns
                 and selector_from_spec(o.get("spec", {}).get("selector"))(labels)]
         if len(pdbs) > 1:
             raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
                                                  "eviction subresource does not support.")
-        if pdbs and not pod["metadata"].get("deletionTimestamp"):
-            allowed = self._disruptions_allowed(pdbs[0], ns)
-            if allowed <= 0:
+        # A pod already going, or not ready, is evicted without spending the
+        # budget (the real handler's shortcut for terminating and unhealthy pods).
+        spends = bool(pdbs) and not pod["metadata"].get("deletionTimestamp") and disruption.is_ready(pod)
+        if spends:
+            pdb_key, pdb = pdbs[0]
+            status = pdb.get("status") or {}
+            if int(status.get("disruptionsAllowed") or 0) <= 0:
                 raise ApiError(429, "TooManyRequests",
-                               "Cannot evict pod as it would violate the pod's disruption budget.")
+                               "Cannot evict pod as it would violate the pod's disruption budget.",
+                               causes=[{"reason": "DisruptionBudget",
+                                        "message": f"The disruption budget {pdb['metadata']['name']} needs "
+                                                   f"{status.get('desiredHealthy', 0)} healthy pods and has "
+                                                   f"{status.get('currentHealthy', 0)} currently"}])
+        if dry_run:
+            return _status(201, "", "evicted (dry run)") | {"status": "Success"}
+        if spends:
+            disrupted = {**(pdb.get("status") or {}).get("disruptedPods", {}), name: now_iso()}
+            new_status = {**(pdb.get("status") or {}), "disruptedPods": disrupted,
+                          "disruptionsAllowed": int(status["disruptionsAllowed"]) - 1}
+            self._write(self.kind_of("poddisruptionbudgets"), pdb_key, {**pdb, "status": new_status}, pdb,
+                        "MODIFIED")
         self.evictions.append((ns, name, time.time()))
         for observe in self.observers:
             observe("pods", "EVICTING", copy.deepcopy(pod))
         self._delete(self.kind_of("pods"), key)
         return _status(201, "", "evicted") | {"status": "Success"}
 
-    def _disruptions_allowed(self, pdb: dict[str, Any], ns: str) -> int:
-        spec = pdb.get("spec", {})
-        match = selector_from_spec(spec.get("selector"))
-        pods = [o for (g, p, ons, _), o in self.store.items()
-                if p == "pods" and ons == ns and match(o["metadata"].get("labels") or {})]
-        healthy = sum(1 for p in pods if is_ready(p) and not p["metadata"].get("deletionTimestamp"))
-        if "minAvailable" in spec:
-            return healthy - _count(spec["minAvailable"], len(pods))
-        if "maxUnavailable" in spec:
-            return _count(spec["maxUnavailable"], len(pods)) - (len(pods) - healthy)
-        return 1
 
-
-_VALIDATORS: dict[tuple[str, str], Any] = {}
-
-
-def _validator(k: Kind) -> Any:
-    import jsonschema
-
-    key = (k.group, k.plural)
-    if key not in _VALIDATORS:
-        _VALIDATORS[key] = jsonschema.Draft7Validator(_strip_k8s_extensions(k.schema or {}))
-    return _VALIDATORS[key]
-
-
-def is_ready(pod: dict[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-
-
-def _count(value: int | str, total: int) -> int:
-    if isinstance(value, str) and value.endswith("%"):
-        import math
-
-        return math.ceil(total * int(value[:-1]) / 100)
-    return int(value)
-
-
-def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "code": code,
-            "reason": reason, "message": message}
+def _status(code: int, reason: str, message: str, causes: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "code": code,
+                           "reason": reason, "message": message}
+    if causes:
+        doc["details"] = {"causes": causes}
+    return doc
 
 
 def _json(doc: dict[str, Any], status: int = 200) -> aiohttp.web.Response:
     return aiohttp.web.json_response(doc, status=status, headers={"Connection": "close"})
-
-
-def _strip_k8s_extensions(schema: Any) -> Any:
-    """openAPIV3Schema -> JSON schema: drop x-kubernetes-* keys (CEL is not
-    evaluated here), and let x-kubernetes-int-or-string be either."""
-    if isinstance(schema, dict):
-        out = {k: _strip_k8s_extensions(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
-        if schema.get("x-kubernetes-int-or-string"):
-            out.pop("type", None)
-            out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-        if schema.get("x-kubernetes-preserve-unknown-fields") and "type" not in out:
-            pass
-        return out
-    if isinstance(schema, list):
-        return [_strip_k8s_extensions(v) for v in schema]
-    return schema

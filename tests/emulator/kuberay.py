@@ -6,10 +6,15 @@ per group, with KubeRay's labels (``ray.io/is-ray-node``, ``ray.io/cluster``,
 ``ray.io/node-type``, ``ray.io/group``, ``ray.io/identifier``); a pod's spec
 is its group's template at creation (so an injected sidecar or remediation
 env reaches only pods created after the patch, as with KubeRay); each pod
-gets its own loopback IP and a real process started by ``start_pod`` (a
-sidecar replaying a trace); it turns Running and Ready when that process
-answers; a pod that is gone (evicted) has its process ended by PID and is
-replaced after ``replace_delay_s`` (never, with None).
+gets its own loopback IP, a node (``spec.nodeName``) and a real process
+started by ``start_pod`` (a sidecar replaying a trace); it turns Running and
+Ready when that process answers. As KubeRay's ``reconcilePods`` does, only
+pods that are Running or Pending and not being deleted count toward a
+group's ``replicas`` (``isPodRunningOrPendingAndNotDeleting``), so a
+Terminating pod is replaced at once (after ``replace_delay_s``; never, with
+None). As a kubelet does, a pod marked for deletion (``deletionTimestamp``)
+has its process ended by PID and is removed from the API once the process
+has exited, or when its grace period is over.
 
 NOT modelled: Ray itself (no raylet, no GCS: drains report "no GCS"),
 ``workersToDelete``, autoscaling, suspend, upgrade strategies, the head
@@ -35,6 +40,8 @@ class PodProcess(Protocol):
 
     def stop(self) -> None: ...
 
+    def exited(self) -> bool: ...
+
 
 StartPod = Callable[[dict[str, Any]], Awaitable[PodProcess]]
 
@@ -51,6 +58,8 @@ class KubeRayStandIn:
     created: list[str] = dataclasses.field(default_factory=list)  # pod names, in creation order
     seen_groups: set[tuple[str, str]] = dataclasses.field(default_factory=set)
     tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
+    terminating: set[str] = dataclasses.field(default_factory=set)  # pod uids the kubelet is stopping
+    node_name: str = "emulated-node-1"
 
     def ip(self) -> str:
         """A distinct loopback address per pod: 127.1.0.2, 127.1.0.3, ..."""
@@ -77,6 +86,12 @@ class KubeRayStandIn:
         for uid in list(self.procs):
             if uid not in live:
                 self.procs.pop(uid).stop()  # the pod is gone: its containers end
+        for p in pods:
+            if p["metadata"].get("deletionTimestamp") and p["metadata"]["uid"] not in self.terminating:
+                self.terminating.add(p["metadata"]["uid"])
+                self._spawn(self._terminate(p))
+        pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") in ("Running", "Pending")]
         for rc in self.api.objects("rayclusters", self.namespace):
             name = rc["metadata"]["name"]
             mine = [p for p in pods if p["metadata"].get("labels", {}).get("ray.io/cluster") == name]
@@ -93,6 +108,22 @@ class KubeRayStandIn:
                     for _ in range(missing):
                         self._spawn(self._create(rc, group, kind, template, delay))
                         self.seen_groups.add((name, group))
+
+    async def _terminate(self, pod: dict[str, Any]) -> None:
+        """The kubelet's part: stop the containers, then remove the pod."""
+        uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
+        grace = float(pod["metadata"].get("deletionGracePeriodSeconds") or 30)
+        proc = self.procs.pop(uid, None)
+        if proc is not None:
+            proc.stop()
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + grace
+            while not proc.exited() and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+        current = self.api.get("pods", self.namespace, name)
+        if current is not None and current["metadata"]["uid"] == uid:
+            self.api.remove("pods", self.namespace, name)
+        self.terminating.discard(uid)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -131,16 +162,15 @@ class KubeRayStandIn:
         if current is None or current["metadata"]["uid"] != uid:
             return
         ip = self.ip()
+        current.setdefault("spec", {})["nodeName"] = self.node_name  # scheduled: now it is bound
         current["status"] = {"phase": "Pending", "podIP": ip, "conditions": [{"type": "Ready", "status": "False"}]}
         self.api.put("pods", current)
         proc = await self.start_pod(self.api.get("pods", self.namespace, name) or current)
         self.procs[uid] = proc
         ok = await proc.ready()
         current = self.api.get("pods", self.namespace, name)
-        if current is None or current["metadata"]["uid"] != uid:
-            self.procs.pop(uid, None)
-            proc.stop()
-            return
+        if current is None or current["metadata"]["uid"] != uid or current["metadata"].get("deletionTimestamp"):
+            return  # deleted while starting: the kubelet part (_terminate) stops it
         current["status"] = {"phase": "Running" if ok else "Failed", "podIP": ip, "startTime": now_iso(),
                              "conditions": [{"type": "Ready", "status": "True" if ok else "False"}]}
         self.api.put("pods", current)

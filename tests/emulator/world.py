@@ -61,6 +61,9 @@ class SidecarProcess:
             await asyncio.sleep(0.1)
         return False
 
+    def exited(self) -> bool:
+        return self.proc.returncode is not None
+
     def stop(self) -> None:
         if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):

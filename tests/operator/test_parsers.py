@@ -119,7 +119,7 @@ def test_rotation_marks_of_any_content_adopt_within_budget(marks: list[dict[str,
     from memoryguard.operator.clock import Clock
     from memoryguard.operator.guarding import GuardLoop, Shared
 
-    loop = GuardLoop(Shared(kube=None, drainer=None, http=None, clock=Clock(), metrics=None),  # type: ignore[arg-type]
+    loop = GuardLoop(Shared(kube=None, events=None, drainer=None, http=None, clock=Clock(), metrics=None),  # type: ignore[arg-type]
                      "default", "leak-guard")
     loop.settings, loop.inflight = PolicySettings(), {}
     pods = [podinfo.pod_info({"metadata": {"name": f"w{i}", "uid": f"u{i}", "annotations": {**m, podinfo.ANN_GUARD: (
@@ -154,7 +154,7 @@ def test_group_short_counts_missing_and_unready_pods_and_rotations_started_this_
     from memoryguard.operator.clock import Clock
     from memoryguard.operator.guarding import GuardLoop, Shared
 
-    loop = GuardLoop(Shared(kube=None, drainer=None, http=None, clock=Clock(), metrics=None),  # type: ignore[arg-type]
+    loop = GuardLoop(Shared(kube=None, events=None, drainer=None, http=None, clock=Clock(), metrics=None),  # type: ignore[arg-type]
                      "default", "leak-guard")
     loop.inflight = {}
     loop.desired = {("rc", "g"): 4}

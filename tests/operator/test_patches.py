@@ -15,8 +15,8 @@ import yaml
 from memoryguard.operator import patches
 from memoryguard.operator.guardspec import Jemalloc, SidecarInjection, Spilling
 
-from ..emulator.api import _strip_k8s_extensions
 from ..emulator.patching import json_patch
+from ..emulator.schema import to_json_schema
 
 KUBERAY = Path(__file__).resolve().parents[3] / "shared" / "kuberay"
 SAMPLES = ["ray-cluster.sample.yaml", "ray-cluster.complete.yaml", "ray-cluster.autoscaler.yaml"]
@@ -32,7 +32,7 @@ def _load(name: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def validator() -> jsonschema.Draft7Validator:
     crd = _load("ray.io_rayclusters.yaml")
-    return jsonschema.Draft7Validator(_strip_k8s_extensions(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]))
+    return jsonschema.Draft7Validator(to_json_schema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]))
 
 
 def test_jemalloc_auto_exact_patch_on_the_sample(validator: jsonschema.Draft7Validator) -> None:
