@@ -70,7 +70,8 @@ async def test_pdb_429_delays_never_bypasses(tmp_path: Path) -> None:
         w.api.put("poddisruptionbudgets", {"metadata": {"name": "no-disruption", "namespace": "default"},
                                            "spec": {"minAvailable": 2, "selector": {"matchLabels": {
                                                "ray.io/group": "workergroup"}}}})
-        w.api.put("memoryguards", guard())
+        # A deadline far beyond the test: here the rotation must wait, not give up.
+        w.api.put("memoryguards", guard(rotation={"evictionTimeoutSeconds": 86400}))
         await w.start_operator()
         await w.wait_for(lambda: w.events("WorkerEvictionRefused"), 90, "a refused eviction")
         assert w.api.evictions == [] and not [d for d in w.api.deletes if d[0] == "pods"]
