@@ -76,10 +76,14 @@ def test_chart_ships_the_same_crd() -> None:
         (ROOT / "crds" / "memoryguard.io_memoryguards.yaml").read_bytes(), "run `make crds`"
 
 
-def _rules(docs: list[dict[str, Any]], kind: str) -> set[tuple[str, str, str]]:
+def _is_hook(d: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in ((d.get("metadata") or {}).get("annotations") or {})
+
+
+def _rules(docs: list[dict[str, Any]], kind: str, *, hook: bool = False) -> set[tuple[str, str, str]]:
     out = set()
     for d in docs:
-        if d["kind"] == kind:
+        if d["kind"] == kind and _is_hook(d) == hook:
             for r in d["rules"]:
                 for g in r["apiGroups"]:
                     for res in r["resources"]:
@@ -97,11 +101,41 @@ def test_rbac_is_exactly_what_the_code_uses(helm: str) -> None:
     assert _rules(cluster, "ClusterRole") == _expected(kube.API_USE) | _expected(kube.API_USE_CLUSTER)
     namespaced = render(helm, "--set", "watchNamespaces={ray-a,ray-b}")
     assert _rules(namespaced, "ClusterRole") == _expected(kube.API_USE_CLUSTER)
-    roles = [d for d in namespaced if d["kind"] == "Role"]
+    roles = [d for d in namespaced if d["kind"] == "Role" and not _is_hook(d)]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["ray-a", "ray-b"]
     assert _rules(roles[:1], "Role") == _expected(kube.API_USE)
     everything = _rules(cluster, "ClusterRole")
     assert not any("*" in x for t in everything for x in t) and not any(r == "secrets" for _, r, _ in everything)
+
+
+def test_uninstall_hook_deletes_guards_first_with_exactly_the_rights_it_uses(helm: str) -> None:
+    cluster = render(helm)
+    job = next(d for d in cluster if d["kind"] == "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    assert c["args"][0] == "uninstall" and not any(a.startswith("--namespace") for a in c["args"])
+    assert _rules(cluster, "ClusterRole", hook=True) == _expected(kube.API_USE_UNINSTALL)
+    namespaced = render(helm, "--set", "watchNamespaces={ray-a,ray-b}")
+    job = next(d for d in namespaced if d["kind"] == "Job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--namespace=ray-a", "--namespace=ray-b"]
+    hook_roles = [d for d in namespaced if d["kind"] == "Role" and _is_hook(d)]
+    assert sorted(r["metadata"]["namespace"] for r in hook_roles) == ["ray-a", "ray-b"]
+    assert _rules(hook_roles, "Role", hook=True) == _expected(kube.API_USE_UNINSTALL)
+    assert not [d for d in namespaced if d["kind"] == "ClusterRole" and _is_hook(d)]
+    assert not [d for d in render(helm, "--set", "uninstallHook.enabled=false") if _is_hook(d)]
+
+
+def test_prometheus_operator_objects_only_where_the_cluster_has_their_kinds(helm: str) -> None:
+    values = str(ROOT / "examples" / "values" / "prometheus-operator.yaml")
+    kinds = {"ServiceMonitor", "PrometheusRule"}
+    assert not kinds & {d["kind"] for d in render(helm, "-f", values)}  # an install without their CRDs succeeds
+    with_crds = render(helm, "-f", values, "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor",
+                       "--api-versions", "monitoring.coreos.com/v1/PrometheusRule")
+    assert kinds <= {d["kind"] for d in with_crds}
+    out = subprocess.run([helm, "install", "mg", str(CHART), "-n", "memoryguard", "--dry-run=client", "-f", values],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "NO ServiceMonitor was created" in out.stdout and "NO PrometheusRule was created" in out.stdout
 
 
 def test_operator_pod_is_restricted(helm: str) -> None:

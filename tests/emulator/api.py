@@ -192,12 +192,14 @@ class EmulatedApi(kmock.KubernetesScaffold):
             self._delete(k, key, graceful=False)
 
     def _write(self, k: Kind, key: tuple[str, str, str, str], obj: dict[str, Any], old: dict[str, Any] | None,
-               event: str, pruned: list[str] | None = None) -> dict[str, Any]:
+               event: str, pruned: list[str] | None = None, strict: bool = False) -> dict[str, Any]:
         if k.schema is not None:
             try:
                 obj, dropped = schema.admit(obj, k.schema, kind=f"{k.kind}.{k.group}")
             except schema.SchemaError as e:
                 raise ApiError(422, "Invalid", str(e)) from None
+            if dropped and strict:
+                raise ApiError(400, "BadRequest", f'strict decoding error: unknown field "{dropped[0]}"')
             if pruned is not None:
                 pruned.extend(dropped)
         obj = copy.deepcopy(obj)
@@ -339,15 +341,11 @@ class EmulatedApi(kmock.KubernetesScaffold):
     async def _serve(self, request: kmock.Request, k: Kind, pruned: list[str]) -> dict[str, Any]:
         ns = (request.namespace or "") if k.namespaced else ""
         name, sub, method = request.name, request.subresource, str(request.method.value).upper()
-        if method in ("POST", "PUT", "PATCH") and sub != "eviction" and k.schema is not None:
-            result = self._serve_write(request, k, ns, name, sub, method, pruned)
-            if pruned and request.params.get("fieldValidation") == "Strict":
-                raise ApiError(400, "BadRequest", f'strict decoding error: unknown field "{pruned[0]}"')
-            return result
-        return self._serve_write(request, k, ns, name, sub, method, pruned)
+        strict = request.params.get("fieldValidation") == "Strict"
+        return self._serve_write(request, k, ns, name, sub, method, pruned, strict)
 
     def _serve_write(self, request: kmock.Request, k: Kind, ns: str, name: str | None, sub: str | None,
-                     method: str, pruned: list[str]) -> dict[str, Any]:
+                     method: str, pruned: list[str], strict: bool) -> dict[str, Any]:
         if name is None:
             if method == "GET":
                 return self._list(request, k, ns)
@@ -368,7 +366,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
                                                    f'Invalid value: "{involved_ns}": does not match event.namespace')
                 if self._dry_run(request, body):
                     return copy.deepcopy(body)
-                return self._write(k, key, body, None, "ADDED", pruned)
+                return self._write(k, key, body, None, "ADDED", pruned, strict)
             raise ApiError(405, "MethodNotAllowed", f"{method} on a collection")
         key = (k.group, k.plural, ns, name)
         if sub == "eviction" and k.plural == "pods" and method == "POST":
@@ -407,7 +405,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
             new.setdefault("metadata", {})["name"] = name
             if self._dry_run(request, None):
                 return new
-            result = self._write(k, key, new, old, "MODIFIED", pruned)
+            result = self._write(k, key, new, old, "MODIFIED", pruned, strict)
             meta = result["metadata"]
             if meta.get("deletionTimestamp") and not meta.get("finalizers"):
                 self._delete(k, key)

@@ -1,0 +1,167 @@
+"""Contract tests: the emulated API behaves as a real kube-apiserver with
+kube-controller-manager did (FACTS.md, "A real control plane", seen with
+1.36). One test per behaviour, named after it; the operator's end-to-end
+tests and the fault matrix run on this emulator, so what it gets wrong they
+would get wrong too."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import kmock
+import pytest
+import yaml
+
+from ..emulator import schema
+from ..emulator.api import EmulatedApi
+from ..emulator.world import ROOT, load_crds
+
+PODS = "/api/v1/namespaces/ns/pods"
+PDBS = "/apis/policy/v1/namespaces/ns/poddisruptionbudgets"
+GUARDS = "/apis/memoryguard.io/v1alpha1/namespaces/ns/memoryguards"
+OWNER = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": "u-rc", "controller": True}]
+READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[EmulatedApi, aiohttp.ClientSession]]:
+    api = EmulatedApi()
+    load_crds(api)
+    async with api, kmock.Server(api, host="127.0.0.1") as server:
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{server.port}") as s:
+            yield api, s
+
+
+async def _call(s: aiohttp.ClientSession, method: str, path: str, body: Any = None,
+                ctype: str = "application/json") -> tuple[int, Any, aiohttp.ClientResponse]:
+    async with s.request(method, path, data=None if body is None else json.dumps(body),
+                         headers={"Content-Type": ctype}) as r:
+        return r.status, await r.json(content_type=None), r
+
+
+def _pod(api: EmulatedApi, name: str, *, bound: bool = True, ready: bool = True) -> None:
+    api.put("pods", {"metadata": {"name": name, "namespace": "ns", "labels": {"g": "w"}, "ownerReferences": OWNER},
+                     "spec": {"nodeName": "n1"} if bound else {}, "status": READY if ready else {"phase": "Pending"}})
+
+
+def _evict(name: str, dry_run: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name}}
+    if dry_run:
+        body["deleteOptions"] = {"dryRun": ["All"]}
+    return body
+
+
+async def test_eviction_of_a_bound_pod_is_graceful(served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    api, s = served
+    _pod(api, "bound")
+    _pod(api, "unbound", bound=False)
+    st, _, _ = await _call(s, "POST", f"{PODS}/bound/eviction", _evict("bound"))
+    pod = api.get("pods", "ns", "bound")
+    assert st == 201 and pod is not None and pod["metadata"]["deletionTimestamp"]  # Terminating, still listed
+    assert pod["metadata"]["deletionGracePeriodSeconds"] == 30
+    st, _, _ = await _call(s, "POST", f"{PODS}/unbound/eviction", _evict("unbound"))
+    assert st == 201 and api.get("pods", "ns", "unbound") is None  # no node: gone at once
+
+
+async def test_dry_run_eviction_answers_201_and_keeps_the_pod(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    api, s = served
+    _pod(api, "p", bound=False)
+    st, _, _ = await _call(s, "POST", f"{PODS}/p/eviction", _evict("p", dry_run=True))
+    assert st == 201 and api.get("pods", "ns", "p") is not None and api.evictions == []
+
+
+async def test_max_unavailable_pdb_over_raycluster_pods_fails_to_sync_and_refuses_every_eviction(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    api, s = served
+    for i in range(3):
+        _pod(api, f"p{i}")
+    await _call(s, "POST", PDBS, {"metadata": {"name": "mu"},
+                                  "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"g": "w"}}}})
+    status = (api.get("poddisruptionbudgets", "ns", "mu") or {})["status"]
+    assert status["disruptionsAllowed"] == 0
+    assert status["conditions"][0]["reason"] == "SyncFailed"
+    assert "does not implement the scale subresource" in status["conditions"][0]["message"]
+    st, doc, _ = await _call(s, "POST", f"{PODS}/p0/eviction", _evict("p0"))
+    assert st == 429 and "disruption budget" in doc["message"]
+    assert "The disruption budget mu" in doc["details"]["causes"][0]["message"]
+
+
+async def test_integer_min_available_works_for_any_pods_and_the_eviction_spends_it(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    api, s = served
+    for i in range(3):
+        _pod(api, f"p{i}")
+    await _call(s, "POST", PDBS, {"metadata": {"name": "ma"},
+                                  "spec": {"minAvailable": 2, "selector": {"matchLabels": {"g": "w"}}}})
+    status = (api.get("poddisruptionbudgets", "ns", "ma") or {})["status"]
+    assert (status["disruptionsAllowed"], status["currentHealthy"], status["desiredHealthy"]) == (1, 3, 2)
+    st, _, _ = await _call(s, "POST", f"{PODS}/p0/eviction", _evict("p0"))
+    assert st == 201
+    # p0 is Terminating (bound): no longer healthy, so the budget is spent.
+    assert (api.get("poddisruptionbudgets", "ns", "ma") or {})["status"]["disruptionsAllowed"] == 0
+    st, _, _ = await _call(s, "POST", f"{PODS}/p1/eviction", _evict("p1"))
+    assert st == 429
+    api.remove("pods", "ns", "p0")  # the kubelet is done with it, and a replacement is ready
+    _pod(api, "p3")
+    assert (api.get("poddisruptionbudgets", "ns", "ma") or {})["status"]["disruptionsAllowed"] == 1
+
+
+async def test_cel_rules_of_our_crd_are_evaluated_after_defaulting(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    _, s = served
+    st, doc, _ = await _call(s, "POST", GUARDS, {"metadata": {"name": "g"}, "spec": {"clusterSelector": {}}})
+    assert st == 422 and "clusterSelector needs names or matchLabels" in doc["message"]
+    st, doc, _ = await _call(s, "POST", GUARDS, {"metadata": {"name": "g"}, "spec": {
+        "clusterSelector": {"names": ["a"]}, "sidecar": {"inject": True, "port": 9200}}})
+    assert st == 422 and "sidecar.port and sampling.sidecarPort must agree" in doc["message"]  # sampling defaulted
+
+
+def test_a_rule_that_does_not_compile_refuses_the_crd() -> None:
+    crd = yaml.safe_load((ROOT / "crds" / "memoryguard.io_memoryguards.yaml").read_text())
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] = [
+        {"rule": "self.names.exists(", "message": "broken"}]
+    with pytest.raises(Exception, match="does not compile"):
+        EmulatedApi().add_crd(crd)
+
+
+async def test_unknown_fields_are_pruned_with_a_warning_or_refused_under_strict(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    api, s = served
+    body = {"metadata": {"name": "g"}, "spec": {"clusterSelector": {"names": ["a"]}, "bogus": 1}}
+    st, _, r = await _call(s, "POST", GUARDS + "?fieldValidation=Strict", body)
+    assert st == 400 and api.get("memoryguards", "ns", "g") is None
+    st, doc, r = await _call(s, "POST", GUARDS, body)
+    assert st == 201 and "bogus" not in doc["spec"]
+    assert r.headers.getall("Warning") == ['299 - "unknown field \\"spec.bogus\\""']
+
+
+async def test_schema_defaults_are_filled_in_on_every_write(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    _, s = served
+    st, doc, _ = await _call(s, "POST", GUARDS, {"metadata": {"name": "g"}, "spec": {"clusterSelector": {
+        "names": ["a"]}}})
+    assert st == 201 and doc["spec"]["sampling"] == {"intervalSeconds": 15, "sidecarPort": 9108, "timeoutSeconds": 5}
+    assert doc["spec"]["rotation"]["evictionTimeoutSeconds"] == 600
+
+
+def test_an_integer_passes_a_fractional_minimum_as_on_the_real_server() -> None:
+    # go-openapi checks an integer against int64(minimum): 0 passes 0.1.
+    plain = {"type": "object", "properties": {"t": {"type": "number", "minimum": 0.1}}}
+    assert schema.openapi_errors({"t": 0}, plain) == []
+    assert schema.openapi_errors({"t": 0.05}, plain) != []
+
+
+async def test_an_event_for_an_object_of_another_namespace_is_refused(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    _, s = served
+    event = {"metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "other"},
+             "reason": "X", "message": "m"}
+    st, doc, _ = await _call(s, "POST", "/api/v1/namespaces/ns/events", event)
+    assert st == 422 and "does not match event.namespace" in doc["message"]
+    event["involvedObject"]["namespace"] = "ns"
+    st, _, _ = await _call(s, "POST", "/api/v1/namespaces/ns/events", event)
+    assert st == 201
