@@ -14,7 +14,8 @@ from typing import Any
 
 from memoryguard.operator.status import MAX_RECENT
 
-from .api import EmulatedApi, is_ready
+from .api import EmulatedApi
+from .disruption import is_ready
 
 PHASE = "memoryguard.io/rotation-phase"
 

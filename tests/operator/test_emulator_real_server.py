@@ -30,9 +30,9 @@ READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]
 async def served() -> AsyncIterator[tuple[EmulatedApi, aiohttp.ClientSession]]:
     api = EmulatedApi()
     load_crds(api)
-    async with api, kmock.Server(api, host="127.0.0.1") as server:
-        async with aiohttp.ClientSession(f"http://127.0.0.1:{server.port}") as s:
-            yield api, s
+    async with api, kmock.Server(api, host="127.0.0.1") as server, aiohttp.ClientSession(
+            f"http://127.0.0.1:{server.port}") as s:
+        yield api, s
 
 
 async def _call(s: aiohttp.ClientSession, method: str, path: str, body: Any = None,
