@@ -293,7 +293,7 @@ def tally(api: EmulatedApi, referee: Referee, truth: dict[str, tuple[str, float]
     """Counts so far. A leak is caught when its pod was evicted before the
     trace's OOM; late when evicted after it (the kernel got there first);
     missed when the clock passed its OOM with the pod still there."""
-    events = api.objects("events")
+    events = [e for e in api.objects("events") if e["involvedObject"].get("kind") == "MemoryGuard"]
     evicted_at = {name: clock_at(wall) for _, name, wall in api.evictions}
     leaks = {n: oom for n, (_, oom) in truth.items() if n in referee.leaking}
     return {"rotated": sum(1 for e in events if e["reason"] == "WorkerRotated"),
@@ -308,7 +308,7 @@ def explain(api: EmulatedApi, truth: dict[str, tuple[str, float]], lived: dict[s
             names: list[str]) -> list[str]:
     """One line per pod: its trace, how far into it the pod started, and
     what the guard said about it (the start Event, else its last decision)."""
-    events = api.objects("events")
+    events = [e for e in api.objects("events") if e["involvedObject"].get("kind") == "MemoryGuard"]
     out = []
     for n in names:
         said = next((e["message"] for e in events if e["reason"] == "WorkerRotationStarted" and n in e["message"]),

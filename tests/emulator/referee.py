@@ -99,7 +99,8 @@ class Referee:
         plain = [d for d in self.api.deletes if d[0] == "pods"]
         for d in plain:
             self.violate("plain delete", f"pod {d[2]} deleted without the Eviction API")
-        events = self.api.objects("events")
+        # The guard's own record (each rotation Event is also posted on its pod).
+        events = [e for e in self.api.objects("events") if e["involvedObject"].get("kind") == "MemoryGuard"]
         rotated = [e for e in events if e["reason"] == "WorkerRotated"]
         failed = [e for e in events if e["reason"] == "WorkerRotationFailed"]
         inflight: set[str] = set()

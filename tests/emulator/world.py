@@ -143,8 +143,11 @@ class World:
         return "\n".join((self.workdir / f"operator-{i}.log").read_text(errors="replace")
                          for i in range(len(self.operators)))
 
-    def events(self, reason: str | None = None) -> list[dict[str, Any]]:
-        return [e for e in self.api.objects("events") if reason is None or e.get("reason") == reason]
+    def events(self, reason: str | None = None, *, kind: str = "MemoryGuard") -> list[dict[str, Any]]:
+        """Events of ``reason`` posted on objects of ``kind`` (by default the
+        guard's own record; rotation Events also go on the pod)."""
+        return [e for e in self.api.objects("events") if (reason is None or e.get("reason") == reason)
+                and e["involvedObject"].get("kind") == kind]
 
     def guard_status(self, name: str = "leak-guard") -> dict[str, Any]:
         """The guard's status as the API holds it ({} before the first write)."""

@@ -35,7 +35,7 @@ PDB = "memoryguard-raycluster-kuberay-workergroup"
 
 
 def _on(w: Any, reason: str, kind: str) -> list[dict[str, Any]]:
-    return [e for e in w.events(reason) if e["involvedObject"]["kind"] == kind]
+    return list(w.events(reason, kind=kind))
 
 
 def _marks(w: Any) -> dict[str, list[str]]:
