@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from memoryguard.operator import trust as tr
 from memoryguard.operator.guardspec import DEFAULT_SIDECAR_IMAGE
 
 
@@ -21,6 +22,10 @@ class OperatorConfig:
     time_scale: float = 1.0  # demo and tests only: the operator clock runs this much faster
     epoch: float | None = None  # ... from this unix time
     sidecar_image: str = DEFAULT_SIDECAR_IMAGE  # injected when a guard names no image
+    # What guards may put into pods (trust.py): allowed sidecar image
+    # repositories (default: sidecar_image's), jemalloc libraries, and the
+    # sidecar port the chart's NetworkPolicy covers (None: no policy).
+    trust: tr.Trust = dataclasses.field(default_factory=tr.Trust)
 
 
 def from_env(env: dict[str, str] | None = None) -> OperatorConfig:
@@ -30,6 +35,13 @@ def from_env(env: dict[str, str] | None = None) -> OperatorConfig:
         return e.get("MEMORYGUARD_" + name, default)
 
     epoch = get("EPOCH", "")
+    image = get("SIDECAR_IMAGE", DEFAULT_SIDECAR_IMAGE)
+    images = tuple(x.strip() for x in get("SIDECAR_IMAGE_ALLOWLIST", "").split(",") if x.strip())
+    paths = tuple(x.strip() for x in get("JEMALLOC_PATHS", "").split(",") if x.strip())
+    policy_port = get("POLICY_SIDECAR_PORT", "")
+    trust = tr.Trust(sidecar_images=images or (tr.repository(image),),
+                     jemalloc_paths=paths or tr.DEFAULT_JEMALLOC_PATHS,
+                     policy_port=int(policy_port) if policy_port else None)
     return OperatorConfig(
         metrics_host=get("METRICS_HOST", "0.0.0.0"),
         metrics_port=int(get("METRICS_PORT", "8080")),
@@ -39,5 +51,6 @@ def from_env(env: dict[str, str] | None = None) -> OperatorConfig:
         drain_rpc_timeout_s=float(get("DRAIN_RPC_TIMEOUT_SECONDS", "15")),
         time_scale=float(get("TIME_SCALE", "1")),
         epoch=float(epoch) if epoch else None,
-        sidecar_image=get("SIDECAR_IMAGE", DEFAULT_SIDECAR_IMAGE),
+        sidecar_image=image,
+        trust=trust,
     )

@@ -15,6 +15,7 @@ import yaml
 
 from memoryguard.core.settings import crd_properties, fractional_minimum
 from memoryguard.operator import guardspec
+from memoryguard.operator import trust as tr
 
 GROUP = "memoryguard.io"
 VERSION = "v1alpha1"
@@ -24,6 +25,14 @@ KIND = "MemoryGuard"
 
 def _int(desc: str, default: int, lo: int, hi: int) -> dict[str, Any]:
     return {"type": "integer", "description": desc, "default": default, "minimum": lo, "maximum": hi}
+
+
+def _port(desc: str, default: int, lo: int) -> dict[str, Any]:
+    """A sidecar port: never one Ray or the kubelet listens on (trust.py)."""
+    taken = ", ".join(f"{p} ({who})" for p, who in sorted(tr.RESERVED_PORTS.items()))
+    return {**_int(desc, default, lo, 65535), "x-kubernetes-validations": [
+        {"rule": f"!(self in [{', '.join(str(p) for p in sorted(tr.RESERVED_PORTS))}])",
+         "message": f"this port is taken in a Ray pod: not one of {taken}"}]}
 
 
 def _mode(desc: str) -> dict[str, Any]:
@@ -74,7 +83,13 @@ def spec_schema() -> dict[str, Any]:
                 "properties": {
                     "names": {"type": "array", "maxItems": 100,
                               "items": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"}},
-                    "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "matchLabels": {
+                        "type": "object", "maxProperties": 32,
+                        "additionalProperties": {"type": "string", "maxLength": 63,
+                                                 "pattern": guardspec.LABEL_VALUE.pattern},
+                        "x-kubernetes-validations": [
+                            {"rule": f"self.all(k, k.matches(r'{guardspec.LABEL_KEY.pattern}'))",
+                             "message": "matchLabels keys must be label keys ([prefix/]name)"}]},
                 },
                 "x-kubernetes-validations": [
                     {"rule": "(has(self.names) && size(self.names) > 0) || "
@@ -88,7 +103,7 @@ def spec_schema() -> dict[str, Any]:
                 "type": "object", "default": {},
                 "properties": {
                     "intervalSeconds": _int("How often each pod's sidecar is polled. Unit: s.", 15, 1, 3600),
-                    "sidecarPort": _int("The sidecar's port on the pod IP.", 9108, 1, 65535),
+                    "sidecarPort": _port("The sidecar's port on the pod IP.", 9108, 1),
                     "timeoutSeconds": fractional_minimum({
                         "type": "number", "default": 5, "minimum": 0.1, "maximum": 60,
                         "description": "Timeout of one poll. Unit: s."}),
@@ -120,7 +135,14 @@ def spec_schema() -> dict[str, Any]:
                             "minSpillingSizeBytes": _int("Smallest batch to spill. Unit: bytes.",
                                                          100 * 1024 * 1024, 0, 2**40),
                             "directories": {"type": "array", "minItems": 1, "maxItems": 16,
-                                            "items": {"type": "string", "pattern": path_pattern},
+                                            "items": {"type": "string", "pattern": path_pattern,
+                                                      "x-kubernetes-validations": [
+                                                          {"rule": f"!self.matches(r'{tr.PARENT_REGEX}')",
+                                                           "message": "a spilling directory may not contain '..'"},
+                                                          {"rule": f"!self.matches(r'{tr.SYSTEM_DIR_REGEX}')",
+                                                           "message": "a spilling directory may not be a system "
+                                                                      "directory (" + ", ".join(
+                                                                          "/" + d for d in tr.SYSTEM_DIRS) + ")"}]},
                                             "default": ["/tmp/ray-spill"]},
                         },
                     },
@@ -133,7 +155,7 @@ def spec_schema() -> dict[str, Any]:
                                "description": "Add the sidecar to the guarded RayClusters' pod templates."},
                     "image": {"type": "string", "maxLength": 255,
                               "description": "Default: the sidecar image the chart was installed with."},
-                    "port": _int("The sidecar's port.", 9108, 1024, 65535),
+                    "port": _port("The sidecar's port.", 9108, 1024),
                     "resources": {"type": "object", "properties": {
                         "cpuRequest": {"type": "string", "default": "10m"},
                         "memoryRequest": {"type": "string", "default": "32Mi"},

@@ -37,6 +37,7 @@ from memoryguard.operator.events import EventReason
 from memoryguard.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec, Mode, SpecError, read_guard_spec
 from memoryguard.operator.kube import ApiError, Kube
 from memoryguard.operator.metrics import OperatorMetrics
+from memoryguard.operator.trust import Trust
 
 log = logging.getLogger("memoryguard.operator")
 STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})
@@ -54,6 +55,7 @@ class Shared:
     clock: Clock
     metrics: OperatorMetrics
     sidecar_image: str = DEFAULT_SIDECAR_IMAGE
+    trust: Trust | None = None  # the installer's limits on guards (trust.py)
 
 
 @dataclasses.dataclass
@@ -62,6 +64,7 @@ class PodTrack:
     group: str
     error: str | None = None
     last_decision: Decision | None = None
+    blind: bool = False  # the sidecar answers but reads no memory
 
 
 def iso(t: float) -> str:
@@ -153,7 +156,7 @@ class GuardLoop:
         if self.last_status is None:
             self.last_status = json.loads(json.dumps(previous))
         try:
-            spec = read_guard_spec(body.get("spec"), sidecar_image=self.s.sidecar_image)
+            spec = read_guard_spec(body.get("spec"), sidecar_image=self.s.sidecar_image, trust=self.s.trust)
         except SpecError as e:
             if self.invalid_generation != generation:
                 self.invalid_generation = generation
@@ -467,13 +470,17 @@ class GuardLoop:
             else:
                 since = track.window.last.time_s if track.window.last else None
                 async with sem:
-                    res = await sidecar_client.poll(self.s.http, p.ip, spec.sampling.sidecar_port, since,
-                                                    timeout_s=spec.sampling.timeout_s, now_s=self.s.clock.now(),
-                                                    pod_uid=p.uid)
+                    # Nothing older than the policy's window is asked for or kept.
+                    res = await sidecar_client.poll(
+                        self.s.http, p.ip, spec.sampling.sidecar_port, since, timeout_s=spec.sampling.timeout_s,
+                        now=self.s.clock.now, pod_uid=p.uid, require_uid=p.injected_sidecar,
+                        oldest_s=self.s.clock.now() - settings.trend_window_s)
                 self.s.metrics.poll_seconds.labels(self.namespace, self.name).observe(res.latency_s)
                 if res.error and not res.samples:
                     self.s.metrics.poll_errors.labels(self.namespace, self.name).inc()
                 track.error = res.error if not res.samples else None
+                if res.samples or res.blind:
+                    track.blind = res.blind or all(s.memory_current_bytes is None for s in res.samples)
                 for sample in res.samples:
                     track.window.add(sample)
             views[p.name] = await self.decide_one(spec, p, track, by_cluster, wanting)
@@ -502,7 +509,7 @@ class GuardLoop:
                     max(0.0, self.s.clock.real_seconds(now - track.window.last.time_s)))
             if any(d.action is Action.ROTATE and not d.dry_run for d in decisions):
                 wanting.append((p, track))
-                return st.PodView(p.name, p.group, decisions[0], track.error)
+                return st.PodView(p.name, p.group, decisions[0], track.error, track.blind)
         for d in decisions:
             if d.action is Action.ROTATE:
                 await self.rotate(spec, p, d)
@@ -510,7 +517,7 @@ class GuardLoop:
                 await self.remediate(spec, by_cluster.get(p.cluster), p, d, "jemalloc")
             if d.reason in STORE_REASONS and spec.spilling.mode != Mode.OFF:
                 await self.remediate(spec, by_cluster.get(p.cluster), p, d, "spilling")
-        return st.PodView(p.name, p.group, decisions[0], track.error)
+        return st.PodView(p.name, p.group, decisions[0], track.error, track.blind)
 
     async def rotate(self, spec: GuardSpec, p: pi.PodInfo, d: Decision) -> None:
         assert self.inflight is not None
@@ -571,6 +578,7 @@ class GuardLoop:
         m.pods_guarded.labels(self.namespace, self.name).set(len(pods))
         m.pods_at_risk.labels(self.namespace, self.name).set(
             sum(1 for v in views if v.decision.reason in st.AT_RISK))
+        m.pods_blind.labels(self.namespace, self.name).set(sum(1 for v in views if v.blind))
         for v in views:
             ev = v.decision.evidence
             verdict = st.pod_status(v)["verdict"]

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memoryguard.core.settings import PolicySettings, SettingsError
+from memoryguard.operator import trust as tr
 
 
 class Mode:
@@ -33,6 +34,11 @@ _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]{1,255}$")
 _SAFE_MALLOC_CONF = re.compile(r"^[a-z_]+:[A-Za-z0-9_.-]+(,[a-z_]+:[A-Za-z0-9_.-]+){0,15}$")
 _SAFE_IMAGE = re.compile(r"^[a-z0-9]([a-z0-9._/:@-]{0,254})$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Kubernetes label keys and values: checked before they are joined into a
+# selector string (a key like "a!" would otherwise select everything).
+LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                       r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
 
 
@@ -122,9 +128,12 @@ def _num(section: Mapping[str, Any], key: str, where: str, lo: float, hi: float,
     return v
 
 
-def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFAULT_SIDECAR_IMAGE) -> GuardSpec:
+def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFAULT_SIDECAR_IMAGE,
+                    trust: tr.Trust | None = None) -> GuardSpec:
     """``sidecar_image``: the image to inject when the spec names none (the
-    chart passes the one it was installed with)."""
+    chart passes the one it was installed with). ``trust``: the installer's
+    limits on what a guard may put into pods (see trust.py); None where no
+    operator acts on the spec (offline tools)."""
     spec = spec or {}
     problems: list[str] = []
     # Policy, rotation budgets, includeHead and dryRun: the core's table.
@@ -148,6 +157,11 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
         names = []
     if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
         problems.append("spec.clusterSelector.matchLabels must map label keys to strings")
+        labels = {}
+    bad = sorted(f"{k}={v}" for k, v in labels.items()
+                 if not (isinstance(k, str) and len(k) <= 317 and LABEL_KEY.match(k) and LABEL_VALUE.match(v)))
+    if bad:
+        problems.append(f"spec.clusterSelector.matchLabels: not a label key or value: {', '.join(bad)[:200]}")
         labels = {}
     if not names and not labels:
         problems.append("spec.clusterSelector needs names or matchLabels: a guard must say which RayClusters "
@@ -182,6 +196,8 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
                         "'.', '_', '-', '+' and '/'")
     if not isinstance(jemalloc.malloc_conf, str) or not _SAFE_MALLOC_CONF.match(jemalloc.malloc_conf):
         problems.append("spec.remediation.jemalloc.mallocConf must look like 'key:value,key:value'")
+    if isinstance(jemalloc.library_path, str) and jemalloc.mode != Mode.OFF:
+        problems += tr.jemalloc_problems(jemalloc.library_path, trust)
     dirs = sp.get("directories", ["/tmp/ray-spill"])
     if not isinstance(dirs, list) or not dirs or not all(isinstance(d, str) and _SAFE_PATH.match(d) for d in dirs):
         problems.append("spec.remediation.spilling.directories must be a non-empty list of absolute paths")
@@ -193,6 +209,7 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
                                          100 * 1024 * 1024, problems)),
         directories=tuple(dirs),
     )
+    problems += tr.directory_problems(spilling.directories, "spec.remediation.spilling.directories")
 
     sc = _obj(spec, "sidecar", problems)
     res = sc.get("resources") or {}
@@ -209,6 +226,12 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
     for q in (sidecar.cpu_request, sidecar.memory_request, sidecar.memory_limit):
         if not _QUANTITY.match(q):
             problems.append(f"spec.sidecar.resources: {q!r} is not a quantity")
+    if sidecar.inject:
+        problems += tr.sidecar_problems(image=str(sidecar.image), cpu_request=sidecar.cpu_request,
+                                        memory_request=sidecar.memory_request, memory_limit=sidecar.memory_limit,
+                                        trust=trust)
+        problems += tr.port_problems(sidecar.port, "spec.sidecar.port", trust)
+    problems += tr.port_problems(sampling.sidecar_port, "spec.sampling.sidecarPort", None)
     if sidecar.inject and sidecar.port != sampling.sidecar_port:
         problems.append("spec.sidecar.port and spec.sampling.sidecarPort must agree when the sidecar is injected")
 

@@ -53,7 +53,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     events.start()
     _shared["shared"] = guarding.Shared(kube=kube, events=events, drainer=drainer,
                                         http=http, clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics,
-                                        sidecar_image=cfg.sidecar_image)
+                                        sidecar_image=cfg.sidecar_image, trust=cfg.trust)
 
 
 @kopf.on.cleanup()

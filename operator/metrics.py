@@ -18,6 +18,8 @@ class OperatorMetrics:
         pod = [*g, "pod", "group"]
         self.pods_guarded = Gauge(P + "pods_guarded", "pods a guard watches", g, registry=r)
         self.pods_at_risk = Gauge(P + "pods_at_risk", "pods with a rotation wanted or under way", g, registry=r)
+        self.pods_blind = Gauge(P + "pods_without_memory_source", "guarded pods whose sidecar reads no memory "
+                                "(nothing protects them)", g, registry=r)
         self.guard_degraded = Gauge(P + "guard_degraded", "1 when the guard's Degraded condition is True",
                                     [*g, "reason"], registry=r)
         self.working_set = Gauge(P + "pod_working_set_bytes", "working set of the Ray container", pod, registry=r)

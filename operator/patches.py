@@ -14,10 +14,11 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from memoryguard.operator import podinfo as pi
 from memoryguard.operator.guardspec import Jemalloc, SidecarInjection, Spilling
 
 RAY_CONTAINER = 0  # KubeRay treats the first container of a template as the Ray container
-SIDECAR_NAME = "memoryguard-sidecar"
+SIDECAR_NAME = pi.SIDECAR_NAME
 SHM_VOLUME = "memoryguard-shm"
 NO_TOKEN_VOLUME = "memoryguard-no-token"
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -137,9 +138,11 @@ def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: 
                 {"name": "MEMORYGUARD_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         "resources": {"requests": {"cpu": s.cpu_request, "memory": s.memory_request},
                       "limits": {"memory": s.memory_limit}},
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": s.port}, "periodSeconds": 10},
+        # No readinessProbe: a pod is Ready only when all its containers are,
+        # and the sidecar's health must never decide whether the Ray pod
+        # serves. Liveness restarts only a sampling loop stalled for minutes.
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": s.port}, "periodSeconds": 30,
-                          "failureThreshold": 5},
+                          "timeoutSeconds": 5, "failureThreshold": 5},
         "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
                             "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},

@@ -22,6 +22,7 @@ LABEL_NODE_TYPE = "ray.io/node-type"
 LABEL_GROUP = "ray.io/group"
 HEAD_GROUP = "headgroup"  # KubeRay labels the head pod with this group name
 LABEL_IS_RAY_NODE = "ray.io/is-ray-node"
+SIDECAR_NAME = "memoryguard-sidecar"  # the container the operator injects
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,9 @@ class PodInfo:
     terminating: bool
     created: str
     annotations: Mapping[str, str]
+    # The pod runs the sidecar the operator injects, which knows its pod's
+    # uid (downward API): its answers must name it.
+    injected_sidecar: bool = False
 
     @property
     def rotation_phase(self) -> str | None:
@@ -69,4 +73,15 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         phase=str(status.get("phase", "")), ready=ready, terminating=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp", "")),
         annotations={str(k): str(v) for k, v in ann.items() if isinstance(v, str)},
+        injected_sidecar=any(_obj(c).get("name") == SIDECAR_NAME for c in _containers(pod)),
     )
+
+
+def _containers(pod: Mapping[str, Any]) -> list[Any]:
+    spec = _obj(pod.get("spec"))
+    out: list[Any] = []
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        if isinstance(items, list):
+            out += items
+    return out

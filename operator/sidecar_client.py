@@ -1,27 +1,47 @@
 """Polling a pod's sidecar: ``GET http://<pod IP>:<port>/v1/samples?since=``.
 
-Whatever comes back (garbage, truncated JSON, a huge body, samples out of
-order or from a clock far off, an answer from another pod) yields a ``Poll``
-with the samples that are valid and an error string; it never raises. An
-unreachable sidecar is a visible state, never a reason to act.
+Every Ray pod may be hostile (code in a Ray worker shares the sidecar's pod,
+uid and process namespace), and one operator serves every tenant, so an
+answer costs the operator bounded memory and time whatever it holds:
+
+- the body is read up to ``MAX_BODY`` (512 KiB; a full default window, an
+  hour at 5 s, is about 170 KB) and refused past it, and within the poll's
+  timeout (a slow drip ends there);
+- at most ``MAX_SAMPLES`` samples per answer (a sidecar pages its answers
+  below that and says ``"more": true``), at most ``MAX_PAGES`` pages a poll;
+- samples older than ``oldest_s`` (what the policy's window can use) are
+  skipped before they are parsed, samples from beyond the operator's now
+  (``max_future_s``, 10 s) are dropped;
+- JSON nested too deep is "not JSON" (the decoder's recursion limit).
+
+Whatever comes back yields a ``Poll`` with the valid samples and an error
+string; it never raises. An unreachable sidecar is a visible state, never a
+reason to act.
 
 Pod IPs are reused: a sidecar that names its pod (``pod.uid``, from the
-downward API, as the injected sidecar does) is believed only for that pod,
-so one pod's leak can never be pinned on another that got its old IP. A
-sidecar that names no pod (run by hand, an older version) is believed.
+downward API, as the injected sidecar does) is believed only for that pod.
+A pod that runs the operator's injected sidecar must be named by its
+answer (``require_uid``): one that names no pod is refused. A sidecar run by
+hand that names no pod is believed (the user put it there).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import aiohttp
 
 from memoryguard.core.samples import Sample
 
-MAX_BODY = 16 * 1024 * 1024
+MAX_BODY = 512 * 1024
+MAX_SAMPLES = 2000
+MAX_PAGES = 16
+MAX_FUTURE_S = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,10 +51,43 @@ class Poll:
     latency_s: float
     source: str | None = None
     rejected: int = 0  # samples dropped as malformed or from the future
+    more: bool = False  # the sidecar has more samples after these (it pages its answers)
+    # Whether the sidecar reads the pod's memory at all: False when it says
+    # its source is "none" (it found no cgroup and no process to read).
+    blind: bool = False
 
 
 async def poll(session: aiohttp.ClientSession, ip: str, port: int, since: float | None, *, timeout_s: float,
-               now_s: float, pod_uid: str | None = None, max_future_s: float = 120.0) -> Poll:
+               now: Callable[[], float], pod_uid: str | None = None, require_uid: bool = False,
+               oldest_s: float | None = None, max_future_s: float = MAX_FUTURE_S, max_pages: int = MAX_PAGES) -> Poll:
+    """Poll, following ``more`` for at most ``max_pages`` answers, all within
+    ``timeout_s`` together. Samples older than ``oldest_s`` are not asked for.
+    ``now`` (the operator's clock) is read when an answer is in: a sample
+    can be no later than that."""
+    t0 = time.monotonic()
+    if oldest_s is not None and (since is None or since < oldest_s):
+        since = oldest_s
+    samples: list[Sample] = []
+    last = Poll((), None, 0.0)
+    rejected = 0
+    for _ in range(max_pages):
+        left = timeout_s - (time.monotonic() - t0)
+        if left <= 0:
+            break
+        last = await _one(session, ip, port, since, timeout_s=left, now=now, pod_uid=pod_uid,
+                          require_uid=require_uid, max_future_s=max_future_s, oldest_s=oldest_s)
+        samples.extend(last.samples)
+        rejected += last.rejected
+        if not last.more or not last.samples or (last.error and not last.samples):
+            break
+        since = last.samples[-1].time_s
+    error = last.error if not samples else (f"{rejected} sample(s) rejected" if rejected else None)
+    return Poll(tuple(samples), error, time.monotonic() - t0, last.source, rejected, last.more, last.blind)
+
+
+async def _one(session: aiohttp.ClientSession, ip: str, port: int, since: float | None, *, timeout_s: float,
+               now: Callable[[], float], pod_uid: str | None, require_uid: bool, max_future_s: float,
+               oldest_s: float | None) -> Poll:
     url = f"http://{ip}:{port}/v1/samples"
     params = {"since": repr(since)} if since is not None else None
     t0 = time.monotonic()
@@ -42,6 +95,9 @@ async def poll(session: aiohttp.ClientSession, ip: str, port: int, since: float 
         async with session.get(url, params=params, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
             if r.status != 200:
                 return Poll((), f"HTTP {r.status}", time.monotonic() - t0)
+            if (r.content_length or 0) > MAX_BODY:
+                return Poll((), f"response too large ({r.content_length} bytes > {MAX_BODY})",
+                            time.monotonic() - t0)
             # Read to the end, bounded: ``content.read(n)`` alone returns
             # whatever has arrived so far, which for a large answer is a part.
             chunks: list[bytes] = []
@@ -49,43 +105,63 @@ async def poll(session: aiohttp.ClientSession, ip: str, port: int, since: float 
             async for chunk in r.content.iter_chunked(1 << 16):
                 size += len(chunk)
                 if size > MAX_BODY:
-                    return Poll((), "response too large", time.monotonic() - t0)
+                    return Poll((), f"response too large (over {MAX_BODY} bytes)", time.monotonic() - t0)
                 chunks.append(chunk)
             body = b"".join(chunks)
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         return Poll((), f"unreachable: {type(exc).__name__} {exc}".strip(), time.monotonic() - t0)
-    return parse(body, latency_s=time.monotonic() - t0, now_s=now_s, pod_uid=pod_uid, max_future_s=max_future_s)
+    return parse(body, latency_s=time.monotonic() - t0, now_s=now(), pod_uid=pod_uid, require_uid=require_uid,
+                 max_future_s=max_future_s, oldest_s=oldest_s)
 
 
-def parse(body: bytes, *, latency_s: float, now_s: float, pod_uid: str | None = None,
-          max_future_s: float = 120.0) -> Poll:
-    """The sidecar's answer, whatever it is, as a Poll. Never raises."""
+def _time_of(raw: Mapping[str, Any]) -> float | None:
+    t = raw.get("time")
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        return None
+    t = float(t)
+    return t if math.isfinite(t) else None
+
+
+def parse(body: bytes, *, latency_s: float, now_s: float, pod_uid: str | None = None, require_uid: bool = False,
+          max_future_s: float = MAX_FUTURE_S, oldest_s: float | None = None) -> Poll:
+    """The sidecar's answer, whatever it is, as a Poll. Never raises; its
+    cost is bounded by MAX_BODY and MAX_SAMPLES."""
     if len(body) > MAX_BODY:
-        return Poll((), "response too large", latency_s)
+        return Poll((), f"response too large (over {MAX_BODY} bytes)", latency_s)
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return Poll((), "response is not JSON", latency_s)
     if not isinstance(doc, dict) or not isinstance(doc.get("samples"), list):
         return Poll((), "response has no samples list", latency_s)
+    raw_samples: list[Any] = doc["samples"]
+    if len(raw_samples) > MAX_SAMPLES:
+        return Poll((), f"answer with {len(raw_samples)} samples (at most {MAX_SAMPLES}); dropped", latency_s)
     who = doc.get("pod")
-    if pod_uid and isinstance(who, dict) and who.get("uid") and who.get("uid") != pod_uid:
-        return Poll((), f"answer from another pod ({str(who.get('name') or who.get('uid'))[:80]}); "
+    uid = who.get("uid") if isinstance(who, dict) else None
+    if pod_uid and uid and uid != pod_uid:
+        return Poll((), f"answer from another pod ({str(who.get('name') or uid)[:80]}); "  # type: ignore[union-attr]
                         "the IP was reused, samples dropped", latency_s)
+    if require_uid and not uid:
+        return Poll((), "answer names no pod, but this pod runs the injected sidecar, which always does; "
+                        "samples dropped", latency_s)
     out: list[Sample] = []
     rejected = 0
-    for raw in doc["samples"]:
-        try:
-            s = Sample.from_wire(raw) if isinstance(raw, dict) else None
-        except ValueError:
-            s = None
+    for raw in raw_samples:
+        t = _time_of(raw) if isinstance(raw, dict) else None
+        if t is not None and oldest_s is not None and t < oldest_s:
+            continue  # older than the policy can use: skipped before it is parsed
         # A sample from beyond the operator's now is from a clock that is off:
         # taking it would make every later sample look out of order.
-        if s is None or s.time_s > now_s + max_future_s:
+        if t is None or t > now_s + max_future_s:
             rejected += 1
             continue
-        out.append(s)
+        try:
+            out.append(Sample.from_wire(raw))
+        except ValueError:
+            rejected += 1
     out.sort(key=lambda s: s.time_s)
     src = doc.get("source")
-    return Poll(tuple(out), None if not rejected else f"{rejected} sample(s) rejected", latency_s,
-                src if isinstance(src, str) else None, rejected)
+    source = src[:80] if isinstance(src, str) else None
+    return Poll(tuple(out), None if not rejected else f"{rejected} sample(s) rejected", latency_s, source, rejected,
+                more=doc.get("more") is True, blind=source == "none")

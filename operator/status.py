@@ -22,6 +22,7 @@ class PodView:
     group: str
     decision: Decision
     sidecar_error: str | None
+    blind: bool = False  # its sidecar answers, but reads no memory (source "none")
 
 
 def condition(kind: str, ok: bool, reason: str, message: str, now_iso: str,
@@ -44,7 +45,7 @@ def pod_status(v: PodView) -> dict[str, Any]:
         "projectedOOMSeconds": None if ev.projected_oom_s is None else round(ev.projected_oom_s),
         "objectStorePercent": None if ev.store_fraction is None else round(ev.store_fraction * 100, 1),
         "verdict": "SidecarUnreachable" if v.sidecar_error and v.decision.reason in (
-            Reason.NO_SAMPLES, Reason.SAMPLES_STALE) else v.decision.reason.value,
+            Reason.NO_SAMPLES, Reason.SAMPLES_STALE) else "NoMemorySource" if v.blind else v.decision.reason.value,
         "lastDecision": v.decision.message,
         **({"sidecarError": v.sidecar_error} if v.sidecar_error else {}),
     }
@@ -56,6 +57,7 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
           last_action_brief: str | None = None) -> dict[str, Any]:
     prev_conds = previous.get("conditions") or []
     unreachable = sorted(p.name for p in pods if p.sidecar_error)
+    blind = sorted(p.name for p in pods if p.blind and not p.sidecar_error)
     at_risk = sum(1 for p in pods if p.decision.reason in AT_RISK or p.decision.action is Action.ROTATE)
     if spec_error:
         degraded = (True, "InvalidSpec", spec_error)
@@ -71,6 +73,10 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
     elif unreachable:
         degraded = (True, "SidecarUnreachable",
                     f"{len(unreachable)} pod(s) without samples: {', '.join(unreachable[:10])}")
+    elif blind:
+        degraded = (True, "NoMemorySource",
+                    f"{len(blind)} pod(s) whose sidecar reads no memory (no cgroup, no Ray process found), so "
+                    f"nothing protects them: {', '.join(blind[:10])}")
     else:
         degraded = (False, "AsExpected", "all guarded pods report samples")
     ready = not spec_error

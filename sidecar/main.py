@@ -26,10 +26,11 @@ from memoryguard.sidecar.objectstore import RayMetricsScraper, StoreReading, shm
 from memoryguard.sidecar.procfs import DEFAULT_PATTERN
 from memoryguard.sidecar.replay import ReplayFeed
 from memoryguard.sidecar.sampler import Sampler
-from memoryguard.sidecar.server import Routes, SidecarServer
+from memoryguard.sidecar.server import MAX_CONNECTIONS, Routes, SidecarServer
 
 log = logging.getLogger("memoryguard.sidecar")
 MAX_RING = 100_000
+PAGE_SAMPLES = 1000  # at most this many samples an answer (about 240 KB)
 
 
 def _env(name: str, default: Any) -> Any:
@@ -52,7 +53,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--ray-metrics-interval", type=float, default=float(_env("ray_metrics_interval", 10)),
                    help="minimum seconds between object store scrapes (Ray refreshes about every 10 s)")
     p.add_argument("--shm-path", default=_env("shm_path", "/dev/shm"))
-    p.add_argument("--max-connections", type=int, default=int(_env("max_connections", 64)))
+    p.add_argument("--max-connections", type=int, default=int(_env("max_connections", MAX_CONNECTIONS)),
+                   help="open connections at most; past it the longest idle one is closed for a new one")
     p.add_argument("--replay", default=_env("replay", None), metavar="TRACE.csv",
                    help="serve a recorded trace as if live instead of reading memory")
     p.add_argument("--speed", type=float, default=float(_env("speed", 1)), help="replay time scale")
@@ -84,6 +86,7 @@ class Sidecar(Routes, sidecar_metrics.StateView):
         self.taken = 0
         self.loop_errors = 0
         self.last_loop_wall: float | None = None
+        self.logged_source: str | None = None  # the memory source last logged
         self.store = StoreReading()
         self.scraper = (RayMetricsScraper(args.ray_metrics_url, min_interval_s=args.ray_metrics_interval)
                         if args.ray_metrics_url and not args.replay else None)
@@ -96,7 +99,6 @@ class Sidecar(Routes, sidecar_metrics.StateView):
             self.feed = ReplayFeed(trace.samples, speed=args.speed, epoch_s=epoch)
             # Default: the trace begins now, on the shared clock.
             self.feed.start_s = float(args.start) if args.start is not None else self.feed.clock(time.time())
-        self.http_requests: collections.Counter[tuple[str, int]] = collections.Counter()
 
     # -- sampling -------------------------------------------------------
     def add(self, sample: Sample) -> None:
@@ -112,7 +114,21 @@ class Sidecar(Routes, sidecar_metrics.StateView):
                 self.add(s)
         else:
             self.add(self.sampler.take(now_s, self.store))
+            self.note_source()
         self.last_loop_wall = now_s
+
+    def note_source(self) -> None:
+        """Log when the memory source is found, changes or is lost: a sidecar
+        that reads nothing must say so, not look healthy."""
+        name = self.sampler.source_name
+        if name == self.logged_source:
+            return
+        if name == "none":
+            log.warning("memory source lost%s: no cgroup and no Ray process to read; samples carry no memory",
+                        f" (was {self.logged_source})" if self.logged_source else "")
+        else:
+            log.info("memory source found: %s", name)
+        self.logged_source = name
 
     async def run(self, stop: asyncio.Event) -> None:
         loop_interval = self.args.interval if self.feed is None else min(self.args.interval, 15.0 / self.args.speed)
@@ -131,8 +147,22 @@ class Sidecar(Routes, sidecar_metrics.StateView):
 
     # -- Routes ---------------------------------------------------------
     def samples_since(self, since: float | None) -> dict[str, Any]:
-        items = [s.to_wire() for s in self.ring if since is None or s.time_s > since]
-        doc: dict[str, Any] = {"source": self.source_name(), "samples": items}
+        """The oldest ``PAGE_SAMPLES`` samples after ``since``, and ``more``
+        when there are others after them: an answer stays far below what
+        the operator accepts (its cap is 2,000 samples, 512 KiB), and the
+        operator asks again from the last one."""
+        page: list[dict[str, Any]] = []
+        more = False
+        for s in self.ring:
+            if since is not None and s.time_s <= since:
+                continue
+            if len(page) == PAGE_SAMPLES:
+                more = True
+                break
+            page.append(s.to_wire())
+        doc: dict[str, Any] = {"source": self.source_name(), "samples": page}
+        if more:
+            doc["more"] = True
         if self.args.pod_uid or self.args.pod_name:
             doc["pod"] = {"uid": self.args.pod_uid, "name": self.args.pod_name}
         return doc
@@ -146,6 +176,9 @@ class Sidecar(Routes, sidecar_metrics.StateView):
         age = time.time() - self.last_loop_wall
         if age > 3 * self.args.interval + 5:
             return False, f"sampling loop stalled ({age:.0f} s)"
+        if self.source_name() == "none":
+            # Alive (a restart would not help), but blind: say so.
+            return True, "degraded: no memory source (no cgroup and no Ray process found)"
         return True, "ok"
 
     # -- StateView ------------------------------------------------------
@@ -182,8 +215,7 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server = SidecarServer(sidecar, max_connections=args.max_connections,
-                           on_request=lambda path, status: sidecar.http_requests.update([(path, status)]))
+    server = SidecarServer(sidecar, max_connections=args.max_connections)
     await server.start(args.host, args.port)
     log.info("serving on %s:%d, source %s", args.host, args.port,
              sidecar.source_name())

@@ -1,8 +1,16 @@
 """A small, strict HTTP/1.1 server for the sidecar on asyncio streams.
 
 GET only; the request head is bounded (8 KiB) and must arrive within a
-timeout; connections beyond a cap are refused; every response closes the
-connection. Routes: ``/v1/samples?since=<unix s>``, ``/metrics``, ``/healthz``.
+timeout; every response closes the connection. Routes:
+``/v1/samples?since=<unix s>``, ``/metrics``, ``/healthz``.
+
+Open connections are capped (memory stays bounded: at most
+``MAX_CONNECTIONS`` answers of at most a page of samples each), but a full
+house never turns a new request away: the connection that has waited
+longest for its request head is closed to make room (else the oldest one).
+Idle or slow connections (slowloris, from code in the Ray container or from
+anywhere the network policy lets in) so cost the attacker their own
+connections, never the kubelet's probe or the operator's poll.
 No TLS and no auth by design: the pod network policy decides who may ask
 (see docs/security.md), and nothing here can change state.
 """
@@ -10,14 +18,15 @@ No TLS and no auth by design: the pod network policy decides who may ask
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import urllib.parse
-from collections.abc import Callable
 from typing import Any
 
 MAX_HEAD_BYTES = 8192
 HEAD_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 96
 
 
 class Routes:
@@ -44,11 +53,13 @@ def _text(status: int, reason: str, text: str, extra: str = "") -> bytes:
 
 
 class SidecarServer:
-    def __init__(self, routes: Routes, *, max_connections: int = 64,
-                 on_request: Callable[[str, int], None] | None = None) -> None:
+    def __init__(self, routes: Routes, *, max_connections: int = MAX_CONNECTIONS) -> None:
         self.routes = routes
-        self.slots = asyncio.Semaphore(max_connections)
-        self.on_request = on_request
+        self.max_connections = max_connections
+        # Open connections, oldest first, and those still waiting for their request head.
+        self.conns: collections.OrderedDict[int, asyncio.StreamWriter] = collections.OrderedDict()
+        self.waiting: collections.OrderedDict[int, asyncio.StreamWriter] = collections.OrderedDict()
+        self.evicted = 0  # idle connections closed to make room (a metric)
         self.server: asyncio.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
@@ -60,10 +71,16 @@ class SidecarServer:
             await self.server.wait_closed()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.slots.locked():
-            await self._send(writer, _text(503, "Service Unavailable", "too many connections"))
-            return
-        async with self.slots:
+        if len(self.conns) >= self.max_connections:
+            key, oldest = (self.waiting or self.conns).popitem(last=False)
+            self.waiting.pop(key, None)
+            self.conns.pop(key, None)
+            oldest.transport.abort()  # its read or write then fails, and its handler returns
+            self.evicted += 1
+        key = id(writer)
+        self.conns[key] = writer
+        self.waiting[key] = writer
+        try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
             except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
@@ -72,10 +89,12 @@ class SidecarServer:
             except asyncio.LimitOverrunError:
                 await self._send(writer, _text(431, "Request Header Fields Too Large", "request head too large"))
                 return
-            status, path, response = self._route(head)
-            if self.on_request:
-                self.on_request(path, status)
+            finally:
+                self.waiting.pop(key, None)
+            _, _, response = self._route(head)
             await self._send(writer, response)
+        finally:
+            self.conns.pop(key, None)
 
     def _route(self, head: bytes) -> tuple[int, str, bytes]:
         """(status, path for metrics, response bytes)."""

@@ -26,6 +26,11 @@ class Mode(str, enum.Enum):
     SKEWED = "skewed"  # samples out of order, a third from a clock a day ahead
     BEHIND = "behind"  # every sample from a clock a day behind (all stale)
     HANG = "hang"  # accepts, reads, never answers (holds the connection)
+    # Hostile (code in the Ray container answering in the sidecar's place):
+    FLOOD = "flood"  # 16 MiB of empty objects as samples
+    BACKDATED = "backdated"  # 171,195 valid samples, all from the past hours
+    DEEP = "deep"  # JSON nested a million levels deep
+    DRIP = "drip"  # a valid answer, one byte every 0.2 s
 
 
 class SidecarProxy:
@@ -66,6 +71,9 @@ class SidecarProxy:
                 return
             if mode is Mode.SLOW:
                 await asyncio.sleep(self.slow_s)
+            if mode in HOSTILE:
+                await self._hostile(mode, writer)
+                return
             r, w = await asyncio.open_connection(self.ip, self.backend_port)
             w.write(head)
             await w.drain()
@@ -87,6 +95,41 @@ class SidecarProxy:
             pass
         finally:
             writer.close()
+
+
+    async def _hostile(self, mode: Mode, writer: asyncio.StreamWriter) -> None:
+        body = hostile_body(mode, self.clock())
+        self.answers[mode] = self.answers.get(mode, 0) + 1
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        if mode is Mode.DRIP:
+            writer.write(head + b"\r\n")  # no length: the body ends when the connection does
+            for i in range(len(body)):
+                writer.write(body[i:i + 1])
+                await writer.drain()
+                await asyncio.sleep(0.2)
+                if self.mode is not Mode.DRIP:
+                    return
+            return
+        writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        await writer.drain()
+
+
+HOSTILE = frozenset({Mode.FLOOD, Mode.BACKDATED, Mode.DEEP, Mode.DRIP})
+
+
+def hostile_body(mode: Mode, now: float) -> bytes:
+    """What a hostile worker answers in the sidecar's place (issue 12)."""
+    if mode is Mode.FLOOD:
+        n = 16 * 2**20 // 3
+        return b'{"samples":[' + b"{}," * (n - 1) + b"{}]}"
+    if mode is Mode.BACKDATED:
+        rows = ",".join(f'{{"time":{now - 86400 + i * 0.5:.1f},"memory_current":1,"memory_max":2,'
+                        f'"inactive_file":0}}' for i in range(171_195))
+        return ('{"samples":[' + rows + "]}").encode()
+    if mode is Mode.DEEP:
+        return b'{"samples":' + b"[" * 1_000_000 + b"]" * 1_000_000 + b"}"
+    return json.dumps({"samples": [{"time": now, "memory_current": 1, "memory_max": 2,
+                                    "inactive_file": 0}]}).encode()
 
 
 def spoil(mode: Mode, body: bytes) -> bytes:

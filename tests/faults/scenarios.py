@@ -81,12 +81,25 @@ async def play(workdir: Path, sc: Scenario, *, seed: int = 7) -> Result:
         except AssertionError as e:
             problem = str(e).splitlines()[0]
         figures = ref.finish()
+        figures["rss_peak_mib"] = max((peak_rss_mib(op.pid) for op in w.operators if op.returncode is None),
+                                      default=0.0)
         ok = not problem and not ref.violations and figures["false"] == 0 and (
             figures["rotated"], figures["failed"]) == (sc.rotated, sc.failed)
         if not ok and not problem:
             problem = (f"expected rotated {sc.rotated} failed {sc.failed}, got rotated {figures['rotated']} "
                        f"failed {figures['failed']} false {figures['false']}")
         return Result(sc, figures, list(ref.violations), time.monotonic() - t0, ok, problem)
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set (VmHWM), in MiB; 0 if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def settled(w: World, sc: Scenario) -> bool:
@@ -191,6 +204,20 @@ def sidecar_act(mode: Mode, seconds: float, *, only_leaking: bool = False) -> Ac
     return act
 
 
+async def hostile_sidecars(w: World, rng: random.Random) -> None:
+    """Every hostile answer at once, one kind per pod, leaking pod included;
+    the operator stays up, small and on time for the others."""
+    modes = [Mode.FLOOD, Mode.BACKDATED, Mode.DEEP, Mode.DRIP]
+    for i, name in enumerate(sorted(w.proxies)):
+        await w.proxies[name].set_mode(modes[i % len(modes)])
+    await for_a_while(w, 8)
+    assert not w.api.evictions, "a pod was evicted on hostile answers"
+    assert all(op.returncode is None for op in w.operators), "the operator died"
+    status = w.guard_status()
+    errors = " ".join(str(p.get("sidecarError", "")) for p in (status.get("pods") or {}).values())
+    assert "too large" in errors or "not JSON" in errors or "at most" in errors, errors
+
+
 async def sidecar_skewed(w: World, rng: random.Random) -> None:
     for proxy in w.proxies.values():
         await proxy.set_mode(Mode.SKEWED)
@@ -289,6 +316,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("sidecar-garbage", "all sidecars answer random bytes for 6 s", sidecar_act(Mode.GARBAGE, 6)),
     Scenario("sidecar-truncated", "all sidecars answer truncated JSON for 6 s", sidecar_act(Mode.TRUNCATED, 6)),
     Scenario("sidecar-skewed", "all sidecars: samples reversed, a third stamped a day ahead", sidecar_skewed),
+    Scenario("sidecar-flood", "all sidecars answer 16 MiB of empty objects for 6 s", sidecar_act(Mode.FLOOD, 6)),
+    Scenario("sidecar-backdated", "all sidecars answer 171,195 samples from the past day for 6 s",
+             sidecar_act(Mode.BACKDATED, 6)),
+    Scenario("sidecar-deep", "all sidecars answer JSON nested a million deep for 6 s", sidecar_act(Mode.DEEP, 6)),
+    Scenario("sidecar-drip", "all sidecars drip their answer a byte every 0.2 s for 6 s", sidecar_act(Mode.DRIP, 6)),
+    Scenario("sidecar-hostile", "flood, backdated, deep and drip at once, one kind per pod, for 8 s",
+             hostile_sidecars, expect="no eviction on hostile answers; the operator stays up; then the rotation"),
     Scenario("sidecar-behind", "leaking pod's sidecar clock a day behind (all samples stale)", sidecar_behind,
              rotated=0, expect="never rotated on stale samples; status says they are old"),
     Scenario("ip-reused", "a healthy pod's IP leads to the leaking pod's sidecar", ip_taken_over,

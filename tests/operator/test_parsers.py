@@ -31,7 +31,7 @@ def test_sidecar_answer_any_bytes(body: bytes) -> None:
 def test_sidecar_samples_are_valid_ordered_and_never_from_the_future(raw: list) -> None:  # type: ignore[type-arg]
     p = sidecar_client.parse(json.dumps({"samples": raw}).encode(), latency_s=0.0, now_s=NOW)
     times = [s.time_s for s in p.samples]
-    assert times == sorted(times) and all(t <= NOW + 120 for t in times)
+    assert times == sorted(times) and all(t <= NOW + sidecar_client.MAX_FUTURE_S for t in times)
     assert p.rejected + len(p.samples) == len(raw)
     w = PodWindow(PolicySettings())
     for s in p.samples:  # and the policy takes whatever got through
@@ -84,7 +84,7 @@ async def test_a_large_answer_arriving_in_pieces_is_read_whole() -> None:
 
     import aiohttp
 
-    body = json.dumps({"samples": [_sample(NOW - 3000 + i) for i in range(3000)]}).encode()
+    body = json.dumps({"samples": [_sample(NOW - 1800 + i) for i in range(1800)]}).encode()
 
     async def dribble(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
@@ -99,8 +99,65 @@ async def test_a_large_answer_arriving_in_pieces_is_read_whole() -> None:
     server = await asyncio.start_server(dribble, "127.0.0.31", 0)
     port = server.sockets[0].getsockname()[1]
     async with server, aiohttp.ClientSession() as s:
-        p = await sidecar_client.poll(s, "127.0.0.31", port, None, timeout_s=5, now_s=NOW)
-    assert p.error is None and len(p.samples) == 3000
+        p = await sidecar_client.poll(s, "127.0.0.31", port, None, timeout_s=5, now=lambda: NOW)
+    assert p.error is None and len(p.samples) == 1800
+
+
+# -- a hostile sidecar (issue 12): bounded whatever it sends ----------------------------------
+def test_hostile_answers_are_refused_whole() -> None:
+    cap = sidecar_client.MAX_BODY
+    empties = b'{"samples":[' + b",".join([b"{}"] * (cap // 3)) + b"]}"
+    assert len(empties) > cap and "too large" in str(sidecar_client.parse(empties, latency_s=0, now_s=NOW).error)
+    many = json.dumps({"samples": [{}] * (sidecar_client.MAX_SAMPLES + 1)}).encode()
+    assert len(many) < cap
+    p = sidecar_client.parse(many, latency_s=0, now_s=NOW)
+    assert p.samples == () and "at most 2000" in str(p.error)
+    deep = b'{"samples":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert sidecar_client.parse(deep[:cap], latency_s=0, now_s=NOW).error == "response is not JSON"
+
+
+def test_samples_too_old_or_from_the_future_are_not_taken() -> None:
+    body = json.dumps({"samples": [_sample(NOW - 7200), _sample(NOW - 60), _sample(NOW + 11),
+                                   _sample(NOW + 119)]}).encode()
+    p = sidecar_client.parse(body, latency_s=0, now_s=NOW, oldest_s=NOW - 3600)
+    assert [s.time_s for s in p.samples] == [NOW - 60]
+    assert p.rejected == 2  # the future ones; the old one is skipped, not counted as bad
+
+
+def test_the_injected_sidecar_must_name_its_pod() -> None:
+    anon = json.dumps({"samples": [_sample(NOW)]}).encode()
+    p = sidecar_client.parse(anon, latency_s=0, now_s=NOW, pod_uid="u-mine", require_uid=True)
+    assert p.samples == () and "names no pod" in str(p.error)
+    named = json.dumps({"pod": {"uid": "u-mine"}, "samples": [_sample(NOW)]}).encode()
+    assert len(sidecar_client.parse(named, latency_s=0, now_s=NOW, pod_uid="u-mine", require_uid=True).samples) == 1
+
+
+async def test_paged_answers_are_followed_within_the_page_limit() -> None:
+    import asyncio
+    import urllib.parse
+
+    import aiohttp
+
+    asked: list[float | None] = []
+
+    async def pages(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(head.split(" ")[1]).query)
+        since = float(query["since"][0]) if "since" in query else None
+        asked.append(since)
+        start = (since or NOW - 1000) + 1
+        body = json.dumps({"samples": [_sample(start + i) for i in range(10)], "more": True}).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(pages, "127.0.0.31", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, aiohttp.ClientSession() as s:
+        p = await sidecar_client.poll(s, "127.0.0.31", port, None, timeout_s=5, now=lambda: NOW, max_pages=3,
+                                      oldest_s=NOW - 500)
+    assert asked == [NOW - 500, NOW - 490, NOW - 480]  # from the window's start, then from each last sample
+    assert len(p.samples) == 30 and p.more
 
 
 mark_values = st.text(max_size=12) | st.sampled_from(["draining", "evicting", "replacing", "leak-guard", "nan",

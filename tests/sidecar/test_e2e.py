@@ -99,3 +99,40 @@ def test_json_roundtrip_of_wire_format() -> None:
 
     s = Sample(time_s=1.5, memory_current_bytes=10, inactive_file_bytes=3, psi_full_avg10_pct=2.5)
     assert Sample.from_wire(json.loads(json.dumps(s.to_wire()))) == s
+
+
+def _pid_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_idle_and_slow_connections_never_turn_the_probe_or_the_poll_away(fixtures: Path) -> None:
+    """Slowloris (issue 12): 300 connections held open idle or dribbling a
+    request head, and more opened meanwhile; /healthz and /v1/samples still
+    answer 200, and the sidecar's memory stays bounded."""
+    args = ["--cgroup-root", str(fixtures / "cgroup-v2-ray"), "--interval", "0.2", "--ray-metrics-url", ""]
+    with sidecar_process("127.0.0.24", args) as url:
+        host, port = url[7:].split(":")
+        wait_until(lambda: http_get(url + "/healthz")[0] == 200, 10, what="healthy")
+        pid = int(subprocess.run(["pgrep", "-f", "--", f"--listen {host}:{port}"], capture_output=True, text=True)
+                  .stdout.split()[0])
+        held: list[socket.socket] = []
+        try:
+            for i in range(300):
+                s = socket.create_connection((host, int(port)), timeout=5)
+                if i % 2:
+                    s.sendall(b"GET /healthz HTTP/1.1\r\nX-Slow: ")  # a head that never ends
+                held.append(s)
+            for path in ("/healthz", "/v1/samples", "/healthz"):
+                t0 = time.monotonic()
+                status, _ = http_get(url + path, timeout=5)
+                assert status == 200, (path, status)
+                print(f"{path}: {time.monotonic() - t0:.3f} s with 300 connections held")
+            rss = _pid_rss_bytes(pid)
+            print(f"sidecar RSS {rss / 2**20:.1f} MiB")
+            assert rss < 64 * 2**20  # the injected sidecar's default limit
+        finally:
+            for s in held:
+                s.close()
