@@ -5,6 +5,7 @@ stays pure. Wired to argparse in ``memoryguard.cli``."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,10 +32,12 @@ def load_guard_settings(path: str | None) -> PolicySettings:
     if path is None:
         return PolicySettings()
     try:
-        with open(path) as f:
+        if not Path(path).is_file():
+            raise UsageError(f"{path}: not a regular file" if Path(path).exists() else f"{path}: No such file")
+        with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as exc:
-        raise UsageError(f"{path}: {exc}") from None
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        raise UsageError(f"{path}: {str(exc).splitlines()[0][:200]}") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{path}: expected a MemoryGuard manifest or its spec, got {type(doc).__name__}")
     spec = doc.get("spec", doc) if doc.get("kind") in (None, "MemoryGuard") else None
@@ -60,8 +63,23 @@ def _hours(t: float | None) -> str:
     return "-" if t is None else f"{t / 3600:.2f} h"
 
 
+def check_writable(path: str) -> None:
+    """Fail before the work, not after it: the output's folder must exist and
+    be writable, and the output, if it exists, a writable file."""
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise UsageError(f"{path}: is a directory")
+    if not folder.is_dir():
+        raise UsageError(f"{path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"{path}: not writable")
+
+
 def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: str | None,
              out: IO[str] = sys.stdout, progress: IO[str] = sys.stderr) -> int:
+    if plot:
+        check_writable(plot)
     settings = load_guard_settings(guard)
     traces = load_traces(paths)
     results: list[tuple[Trace, Replay]] = []

@@ -11,6 +11,7 @@ the CRD, the docs and the code cannot disagree. Purely computational.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -139,11 +140,14 @@ class PolicySettings:
         errors: list[str] = []
         values: dict[str, Any] = {}
         known: dict[str, set[str]] = {}
+        bad_sections: set[str] = set()
         for s in SETTINGS_TABLE:
             known.setdefault(s.section, set()).add(s.name)
             section = spec if not s.section else spec.get(s.section) or {}
             if not isinstance(section, Mapping):
-                errors.append(f"spec.{s.section} must be an object")
+                if s.section not in bad_sections:  # said once, not once per setting
+                    bad_sections.add(s.section)
+                    errors.append(f"spec.{s.section} must be an object, got {type(section).__name__}")
                 continue
             if s.name not in section:
                 continue
@@ -192,7 +196,10 @@ def _check(s: SettingSpec, raw: object, where: str, errors: list[str]) -> int | 
             return None
         return raw
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-        errors.append(f"{where}: must be a number ({s.unit}), got {raw!r}")
+        errors.append(f"{where}: must be a number ({s.unit}), got {str(raw)[:40]!r}")
+        return None
+    if (isinstance(raw, int) and abs(raw) > 2**53) or (isinstance(raw, float) and not math.isfinite(raw)):
+        errors.append(f"{where}: must be a finite number of sensible size, got {str(raw)[:40]}")
         return None
     if s.kind is int and not float(raw).is_integer():
         errors.append(f"{where}: must be a whole number ({s.unit}), got {raw!r}")

@@ -29,26 +29,49 @@ class Trace:
 
 
 def iter_samples(stream: IO[str], *, source: str = "<stream>") -> Iterator[Sample]:
+    """Samples in order. Time must start at 0 or later and grow from row to
+    row: a shuffled, repeated or negative ``t_s`` is an error naming the line
+    (replaying it would print decisions at times the trace never had)."""
     reader = csv.DictReader(stream)
-    if reader.fieldnames is None:
+    try:
+        fields = reader.fieldnames
+    except csv.Error as exc:
+        raise TraceError(f"{source}:1: {exc}") from None
+    if fields is None:
         raise TraceError(f"{source}: empty file, expected a header with {', '.join(TRACE_COLUMNS)}")
-    missing = [c for c in ("t_s", "memory_current") if c not in reader.fieldnames]
+    missing = [c for c in ("t_s", "memory_current") if c not in fields]
     if missing:
         raise TraceError(f"{source}: missing column(s) {', '.join(missing)}")
-    for lineno, row in enumerate(reader, start=2):
-        try:
-            yield Sample.from_trace_row(row)
-        except ValueError as exc:
-            raise TraceError(f"{source}:{lineno}: {exc}") from None
+    last: float | None = None
+    lineno = 1
+    try:
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                s = Sample.from_trace_row(row)
+            except (ValueError, OverflowError) as exc:
+                raise TraceError(f"{source}:{lineno}: {str(exc)[:200]}") from None
+            if s.time_s < 0:
+                raise TraceError(f"{source}:{lineno}: t_s {s.time_s:g} is negative")
+            if last is not None and s.time_s <= last:
+                raise TraceError(f"{source}:{lineno}: t_s {s.time_s:g} does not come after {last:g} (rows must be "
+                                 "in time order, each time once)")
+            last = s.time_s
+            yield s
+    except csv.Error as exc:
+        raise TraceError(f"{source}:{lineno + 1}: {exc}") from None
 
 
 def read_trace(path: str | Path) -> Trace:
     p = Path(path)
     try:
-        with p.open(newline="") as f:
+        if not p.is_file():
+            raise TraceError(f"{p}: not a regular file" if p.exists() else f"{p}: No such file")
+        with p.open(newline="", encoding="utf-8") as f:
             samples = tuple(iter_samples(f, source=str(p)))
     except OSError as exc:
         raise TraceError(f"{p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{p}: not a UTF-8 text file (byte {exc.start}): is it a trace CSV?") from None
     return Trace(name=p.stem, samples=samples)
 
 

@@ -212,9 +212,11 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
     problems += tr.directory_problems(spilling.directories, "spec.remediation.spilling.directories")
 
     sc = _obj(spec, "sidecar", problems)
+    if not isinstance(sc.get("inject", False), bool):
+        problems.append(f"spec.sidecar.inject must be true or false, got {str(sc.get('inject'))[:20]!r}")
     res = sc.get("resources") or {}
     sidecar = SidecarInjection(
-        inject=bool(sc.get("inject", False)),
+        inject=sc.get("inject") is True,
         image=sc.get("image") or sidecar_image,
         port=int(_num(sc, "port", "spec.sidecar", 1024, 65535, 9108, problems)),
         cpu_request=str(res.get("cpuRequest", "10m")),

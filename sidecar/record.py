@@ -8,27 +8,78 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 
 from memoryguard.core.samples import Sample
 from memoryguard.core.traces import write_trace
 
+MAX_ANSWER = 16 * 2**20  # a sidecar's page is about 240 KB
+MAX_PAGES = 1000
 
-def fetch(url: str, since: float | None, timeout_s: float = 10.0) -> list[Sample]:
+
+class AnswerError(ValueError):
+    """The sidecar's answer is not one (not JSON, too deep, too large)."""
+
+
+def fetch_page(url: str, since: float | None, timeout_s: float = 10.0) -> tuple[list[Sample], bool]:
+    """One answer: (samples, whether the sidecar has more after them)."""
     full = url.rstrip("/") + "/v1/samples" + (f"?since={since!r}" if since is not None else "")
     with urllib.request.urlopen(full, timeout=timeout_s) as resp:
-        doc = json.loads(resp.read(64 * 1024 * 1024))
+        body = resp.read(MAX_ANSWER + 1)
+    if len(body) > MAX_ANSWER:
+        raise AnswerError(f"answer larger than {MAX_ANSWER // 2**20} MiB")
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise AnswerError(f"answer is not JSON ({type(exc).__name__})") from None
     samples = []
     for raw in doc.get("samples", []) if isinstance(doc, dict) else []:
         try:
             samples.append(Sample.from_wire(raw))
-        except (ValueError, AttributeError, TypeError):
+        except (ValueError, AttributeError, TypeError, OverflowError):
             continue
-    return samples
+    return samples, isinstance(doc, dict) and doc.get("more") is True
+
+
+def fetch(url: str, since: float | None, timeout_s: float = 10.0) -> list[Sample]:
+    """Every sample after ``since``, following the sidecar's pages."""
+    out: list[Sample] = []
+    for _ in range(MAX_PAGES):
+        page, more = fetch_page(url, since, timeout_s)
+        page = [s for s in page if since is None or s.time_s > since]
+        out.extend(page)
+        if not more or not page:
+            break
+        since = page[-1].time_s
+    return out
+
+
+def _url_problem(url: str) -> str | None:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (raises on a bad port)
+    except ValueError as exc:
+        return f"--url {url!r} is not a URL: {exc}"
+    if parts.scheme != "http" or not parts.hostname:
+        return f"--url {url!r} must be http://HOST:PORT"
+    return None
+
+
+def _out_problem(path: str) -> str | None:
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        return f"{path}: is a directory"
+    if not os.path.isdir(folder):
+        return f"{path}: folder {folder} does not exist"
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return f"{path}: not writable"
+    return None
 
 
 def main(argv: Sequence[str]) -> int:
@@ -38,8 +89,10 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--follow", type=float, default=0.0, metavar="SECONDS", help="keep polling this long")
     p.add_argument("--poll", type=float, default=15.0, metavar="SECONDS")
     a = p.parse_args(list(argv))
-    if not a.url.startswith("http://"):
-        p.error("--url must start with http://")
+    problem = _url_problem(a.url) or _out_problem(a.out)  # checked before fetching: nothing fetched is lost
+    if problem:
+        print(f"memoryguard record: {problem}", file=sys.stderr)
+        return 2
     samples: list[Sample] = []
     deadline = time.monotonic() + a.follow
     try:
@@ -51,7 +104,7 @@ def main(argv: Sequence[str]) -> int:
             if time.monotonic() + a.poll > deadline:
                 break
             time.sleep(a.poll)
-    except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
+    except (urllib.error.URLError, OSError, AnswerError, ValueError) as exc:
         if not samples:
             print(f"memoryguard record: {a.url}: {exc}", file=sys.stderr)
             return 1
@@ -64,7 +117,11 @@ def main(argv: Sequence[str]) -> int:
     t0 = samples[0].time_s
     rel = [Sample(**{**{f: getattr(s, f) for f in Sample.__dataclass_fields__}, "time_s": round(s.time_s - t0, 3)})
            for s in samples]
-    with open(a.out, "w", newline="") as f:
-        write_trace(rel, f)
+    try:
+        with open(a.out, "w", newline="") as f:
+            write_trace(rel, f)
+    except OSError as exc:
+        print(f"memoryguard record: {a.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(f"wrote {len(rel)} samples to {a.out}", file=sys.stderr)
     return 0

@@ -160,11 +160,41 @@ def test_chart_values_reach_the_operator_settings(helm: str) -> None:
 
 
 def test_network_policy_opens_only_the_sidecar_port_narrowly(helm: str) -> None:
-    pol = next(d for d in render(helm) if d["kind"] == "NetworkPolicy")
+    pol = next(d for d in render(helm, "--set", "networkPolicy.namespaces={ray}") if d["kind"] == "NetworkPolicy"
+               and d["metadata"]["name"].endswith("-sidecar"))
+    assert pol["metadata"]["namespace"] == "ray"
     open_rule, sidecar_rule = pol["spec"]["ingress"]
     tcp = [p for p in open_rule["ports"] if p["protocol"] == "TCP"]
     assert [(p["port"], p["endPort"]) for p in tcp] == [(1, 9107), (9109, 65535)]
     assert sidecar_rule["ports"] == [{"protocol": "TCP", "port": 9108}] and len(sidecar_rule["from"]) == 2
+
+
+def test_sidecar_policy_goes_where_ray_pods_run_or_the_notes_say_it_does_not(helm: str) -> None:
+    def sidecar_policies(*args: str) -> list[str]:
+        return sorted(d["metadata"]["namespace"] for d in render(helm, *args)
+                      if d["kind"] == "NetworkPolicy" and d["metadata"]["name"].endswith("-sidecar"))
+
+    assert sidecar_policies() == []  # never in the release namespace, where no Ray pod runs
+    assert sidecar_policies("--set", "watchNamespaces={ray-a,ray-b}") == ["ray-a", "ray-b"]
+    assert sidecar_policies("--set", "networkPolicy.namespaces={ray}") == ["ray"]
+    out = subprocess.run([helm, "install", "mg", str(CHART), "-n", "memoryguard", "--dry-run=client"],
+                         capture_output=True, text=True, timeout=60)
+    assert "the sidecars are NOT protected by a NetworkPolicy" in out.stdout and "endPort" in out.stdout
+
+
+def test_the_operator_learns_the_trust_limits_from_the_chart(helm: str) -> None:
+    def cfg(*args: str) -> config.OperatorConfig:
+        dep = next(d for d in render(helm, *args) if d["kind"] == "Deployment")
+        return config.from_env({e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]})
+
+    default = cfg()
+    assert default.trust.sidecar_images == ("ghcr.io/memoryguard/memoryguard-sidecar",)
+    assert default.trust.policy_port is None  # no policy rendered: no port to hold guards to
+    assert "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2" in default.trust.jemalloc_paths
+    protected = cfg("--set", "watchNamespaces={ray},sidecar.sidecarPort=9200,sidecar.allowedImages={reg/a,reg/b}",
+                    "--set", "remediation.jemallocPaths={/opt/je.so}")
+    assert protected.trust.policy_port == 9200 and protected.trust.sidecar_images == ("reg/a", "reg/b")
+    assert protected.trust.jemalloc_paths == ("/opt/je.so",)
 
 
 @pytest.mark.parametrize("bad", ["logLevel=LOUD", "metrics.port=80", "watchNamespaces={Bad_NS}",

@@ -23,8 +23,12 @@ app.kubernetes.io/component: operator
 {{- if .digest -}}{{ .repository }}@{{ .digest }}{{- else -}}{{ .repository }}:{{ .tag | default .appVersion }}{{- end -}}
 {{- end -}}
 
+{{- /* Where the sidecars' NetworkPolicy goes: where the Ray pods run. Never
+the release namespace by default (no Ray pod runs there); with neither list
+set there is no policy, and NOTES.txt says so loudly. */ -}}
 {{- define "memoryguard.policyNamespaces" -}}
-{{- if .Values.networkPolicy.namespaces -}}{{ toJson .Values.networkPolicy.namespaces }}
+{{- if not .Values.networkPolicy.enabled -}}[]
+{{- else if .Values.networkPolicy.namespaces -}}{{ toJson .Values.networkPolicy.namespaces }}
 {{- else if .Values.watchNamespaces -}}{{ toJson .Values.watchNamespaces }}
-{{- else -}}{{ toJson (list .Release.Namespace) }}{{- end -}}
+{{- else -}}[]{{- end -}}
 {{- end -}}
