@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup run demo test lint typecheck unit faults soak bench bench-sidecar bench-operator crds traces clean
+.PHONY: setup run demo test lint typecheck unit faults soak bench bench-sidecar bench-hostile bench-operator crds traces clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -47,6 +47,9 @@ bench-sidecar: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/python -m memoryguard.operator.crd > crds/memoryguard.io_memoryguards.yaml
+
+bench-hostile: $(STAMP)
+	$(BIN)/python benchmarks/hostile_answers.py
 
 bench-operator: $(STAMP)
 	$(BIN)/python benchmarks/operator_scale.py
