@@ -122,7 +122,8 @@ class Referee:
             if not said:
                 self.violate("no Event", f"rotation of {name} ended without a WorkerRotated/Failed Event")
             if any(r.get("outcome") == "failed" for r in kept) and not any(
-                    "no replacement" in e.get("message", "") or "failed" in e.get("message", "") for e in failed):
+                    any(why in e.get("message", "") for why in ("no replacement", "failed", "not evicted"))
+                    for e in failed):
                 self.violate("no reason", f"failed rotation of {name} reported without a reason")
         if total != len(rotated):
             self.violate("status", f"rotations.total {total} but {len(rotated)} WorkerRotated Events")

@@ -286,6 +286,24 @@ async def gcs_unreachable(w: World, rng: random.Random) -> None:
     await w.wait_for(lambda: w.api.evictions, 60, "the eviction after the failed drain")
 
 
+async def pdb_forever(w: World, rng: random.Random) -> None:
+    """A user's PodDisruptionBudget never allows a disruption of the group:
+    the rotation gives up at its deadline, naming the budget, and leaves no
+    marks on the pod."""
+    leak = leaking_pod(w)
+    w.api.put("poddisruptionbudgets", {"metadata": {"name": "no-disruption", "namespace": "default"},
+                                       "spec": {"minAvailable": 3, "selector": {"matchLabels": {
+                                           "ray.io/group": "workergroup"}}}})
+    failed = await w.wait_for(lambda: w.events("WorkerRotationFailed"), 60, "the rotation given up")
+    assert "no-disruption" in failed[0]["message"], failed[0]["message"]
+    assert not w.api.evictions
+    await w.wait_for(lambda: phase_of(w, leak) is None, 10, "the marks taken off the pod")
+    g = w.api.get("memoryguards", "default", "leak-guard")
+    assert g is not None
+    g["spec"]["rotation"]["cooldownSeconds"] = 86400  # no second try within the test
+    w.api.put("memoryguards", g)
+
+
 async def kuberay_slow(w: World, rng: random.Random) -> None:
     w.kuberay.replace_delay_s = 4.0  # 2,400 s on the 600x clock, within replacementTimeoutSeconds
     await w.wait_for(lambda: w.api.evictions, 60, "the eviction")
@@ -339,6 +357,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("gcs-down", "Ray GCS unreachable when the worker is drained", gcs_unreachable,
              operator_env={"MEMORYGUARD_DRAIN": "true", "MEMORYGUARD_DRAIN_RPC_TIMEOUT_SECONDS": "1"},
              expect="drain reported failed (Warning Event); the pod evicted all the same"),
+    Scenario("pdb-forever", "a user's PodDisruptionBudget refuses every eviction of the group", pdb_forever,
+             rotated=0, failed=1, guard_spec={"rotation": {"evictionTimeoutSeconds": 1800}},
+             expect="rotation failed at evictionTimeoutSeconds naming the budget; no eviction, no marks left"),
     Scenario("kuberay-slow", "KubeRay replaces after 2,400 s (clock)", kuberay_slow,
              guard_spec={"rotation": {"replacementTimeoutSeconds": 10800}}),
     Scenario("kuberay-never", "KubeRay never replaces; two leaking workers, maxUnavailable 1", kuberay_never,

@@ -41,7 +41,10 @@ def guard(name: str = "leak-guard", cluster: str = "raycluster-kuberay", **spec:
         # The test clock runs 600x: poll every 5 min of trace time (0.5 s real).
         "sampling": {"intervalSeconds": 300, "sidecarPort": SIDECAR_PORT, "timeoutSeconds": 2},
         "policy": {"staleAfterSeconds": 1800},
-        "rotation": {"cooldownSeconds": 600, "replacementTimeoutSeconds": 3600},
+        # Deadlines in clock seconds: 600x makes the default 600 s of an
+        # eviction's wait one real second, shorter than a loaded machine's
+        # hiccup; tests of the deadline itself set it.
+        "rotation": {"cooldownSeconds": 600, "replacementTimeoutSeconds": 3600, "evictionTimeoutSeconds": 7200},
     }
     for k, v in spec.items():
         base[k] = {**base.get(k, {}), **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
