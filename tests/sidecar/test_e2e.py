@@ -136,3 +136,24 @@ def test_idle_and_slow_connections_never_turn_the_probe_or_the_poll_away(fixture
         finally:
             for s in held:
                 s.close()
+
+
+def test_a_blind_sidecar_says_so_in_its_log_and_its_health(tmp_path: Path) -> None:
+    """Issue 12: a sidecar that finds nothing to read must not look healthy."""
+    port = free_port("127.0.0.25")
+    log = tmp_path / "sidecar.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(VENV_BIN / "memoryguard"), "sidecar", "--listen", f"127.0.0.25:{port}",
+                                 "--cgroup-root", str(tmp_path / "no-such-cgroup"), "--interval", "0.2",
+                                 "--ray-metrics-url", ""], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.25:{port}"
+        status, body = wait_until(lambda: (r := http_get(url + "/healthz", 1)) and r[0] == 200 and r, 15,
+                                  what="the sidecar answering")
+        assert b"degraded: no memory source" in body
+        doc = get_json(url + "/v1/samples")
+        assert doc["source"] == "none" and doc["samples"][-1]["memory_current"] is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+    assert "memory source lost" in log.read_text()
