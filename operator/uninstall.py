@@ -31,7 +31,8 @@ async def delete_guards(kube: Kube, namespaces: Sequence[str], *, timeout_s: flo
 
     async def listed() -> list[tuple[str, str]]:
         items = []
-        for ns in namespaces or [None]:
+        scopes: list[str | None] = list(namespaces) or [None]  # None: every namespace
+        for ns in scopes:
             found = await kube.list_guards(ns) if ns else await kube.list_all_guards()
             items += [(g["metadata"]["namespace"], g["metadata"]["name"]) for g in found]
         return sorted(items)
