@@ -148,7 +148,7 @@ def test_a_blind_sidecar_says_so_in_its_log_and_its_health(tmp_path: Path) -> No
                                  "--ray-metrics-url", ""], stdout=out, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.25:{port}"
-        status, body = wait_until(lambda: (r := http_get(url + "/healthz", 1)) and r[0] == 200 and r, 15,
+        _, body = wait_until(lambda: (r := http_get(url + "/healthz", 1)) and r[0] == 200 and r, 15,
                                   what="the sidecar answering")
         assert b"degraded: no memory source" in body
         doc = get_json(url + "/v1/samples")
