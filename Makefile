@@ -18,11 +18,11 @@ setup: $(STAMP)
 # The main job on its embedded default: replay the example traces through the
 # policy beside a static threshold, and draw why it acted.
 run: $(STAMP)
-	$(BIN)/memoryguard bench
-	$(BIN)/memoryguard simulate --plot simulate.png examples/traces/leak_steady.csv examples/traces/healthy_gc_sawtooth.csv examples/traces/fragmentation_flattens.csv examples/traces/plasma_never_released.csv
+	$(BIN)/memoryguard-kuberay bench
+	$(BIN)/memoryguard-kuberay simulate --plot simulate.png examples/traces/leak_steady.csv examples/traces/healthy_gc_sawtooth.csv examples/traces/fragmentation_flattens.csv examples/traces/plasma_never_released.csv
 
 lint: $(STAMP)
-	$(BIN)/ruff check --no-cache memoryguard core sidecar operator tests benchmarks
+	$(BIN)/ruff check --no-cache memoryguard_kuberay core sidecar operator tests benchmarks
 
 typecheck: $(STAMP)
 	VENV=$(VENV) .ci/typecheck-tree
@@ -33,11 +33,11 @@ unit: $(STAMP)
 test: lint typecheck unit
 
 bench: $(STAMP)
-	$(BIN)/memoryguard bench
+	$(BIN)/memoryguard-kuberay bench
 
 # Regenerate the project's example traces (deterministic for the seed).
 traces: $(STAMP)
-	$(BIN)/memoryguard gen-traces examples/traces
+	$(BIN)/memoryguard-kuberay gen-traces examples/traces
 
 clean:
 	rm -rf $(VENV) build *.egg-info simulate.png
@@ -46,7 +46,7 @@ bench-sidecar: $(STAMP)
 	$(BIN)/python benchmarks/sidecar_bench.py
 
 crds: $(STAMP)
-	$(BIN)/python -m memoryguard.operator.crd > crds/memoryguard.io_memoryguards.yaml
+	$(BIN)/python -m memoryguard_kuberay.operator.crd > crds/memoryguard.io_memoryguards.yaml
 
 bench-hostile: $(STAMP)
 	$(BIN)/python benchmarks/hostile_answers.py
@@ -65,4 +65,4 @@ soak: $(STAMP)
 
 # The embedded demo: the real operator and sidecars on an emulated cluster.
 demo: $(STAMP)
-	$(BIN)/memoryguard demo
+	$(BIN)/memoryguard-kuberay demo

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from memoryguard.operator import sidecar_client
+from memoryguard_kuberay.operator import sidecar_client
 
 CAP = sidecar_client.MAX_BODY
 NOW = time.time()

@@ -128,7 +128,8 @@ async def run(n: int, seconds: float, warmup: float) -> dict[str, float | int | 
         env = {**os.environ, "KUBECONFIG": str(tmp / "kubeconfig"), "MEMORYGUARD_METRICS_HOST": "127.0.0.1",
                "MEMORYGUARD_METRICS_PORT": str(metrics_port), "MEMORYGUARD_DRAIN": "false",
                "MEMORYGUARD_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "memoryguard", "operator", "--standalone",
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "memoryguard_kuberay", "operator", "--standalone",
                                                     "-n", "default", env=env)
         try:
             print(f"[{n} pods] warming up {warmup:.0f} s ...", file=sys.stderr)

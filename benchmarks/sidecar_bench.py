@@ -24,8 +24,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from memoryguard.sidecar.main import Sidecar, parse_args
-from memoryguard.sidecar.objectstore import RayMetricsScraper
+from memoryguard_kuberay.sidecar.main import Sidecar, parse_args
+from memoryguard_kuberay.sidecar.objectstore import RayMetricsScraper
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "tests" / "fixtures" / "ray-2.60-metrics.txt").read_bytes()
@@ -89,7 +89,7 @@ def main() -> None:
           f"{statistics.median(scrape) / 2 * 1e6:.0f} us amortised")
 
     port = srv.server_address[1] + 1
-    proc = subprocess.Popen([sys.executable, "-m", "memoryguard", "sidecar", "--listen", f"127.0.0.42:{port}",
+    proc = subprocess.Popen([sys.executable, "-m", "memoryguard_kuberay", "sidecar", "--listen", f"127.0.0.42:{port}",
                              "--cgroup-root", cg, "--ray-metrics-url", metrics_url],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

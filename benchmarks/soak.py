@@ -41,10 +41,10 @@ import kmock  # noqa: E402
 import yaml  # noqa: E402
 from operator_scale import proc_cpu_rss  # noqa: E402  (benchmarks/, beside this script)
 
-from memoryguard.core import commands  # noqa: E402
-from memoryguard.core.samples import Sample  # noqa: E402
-from memoryguard.core.traces import read_trace  # noqa: E402
-from memoryguard.sidecar.replay import ReplayFeed  # noqa: E402
+from memoryguard_kuberay.core import commands  # noqa: E402
+from memoryguard_kuberay.core.samples import Sample  # noqa: E402
+from memoryguard_kuberay.core.traces import read_trace  # noqa: E402
+from memoryguard_kuberay.sidecar.replay import ReplayFeed  # noqa: E402
 from tests.emulator.api import ApiError, EmulatedApi  # noqa: E402
 from tests.emulator.kuberay import KubeRayStandIn  # noqa: E402
 from tests.emulator.referee import Referee  # noqa: E402
@@ -228,7 +228,8 @@ async def soak(minutes: float, workers: int, speed: float, seed: int) -> dict[st
                "MEMORYGUARD_DRAIN": "false", "MEMORYGUARD_TIME_SCALE": str(speed), "MEMORYGUARD_EPOCH": str(epoch),
                "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "120"}
         log = open(tmp / "operator.log", "wb")  # noqa: SIM115
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "memoryguard", "operator", "--standalone",
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "memoryguard_kuberay", "operator", "--standalone",
                                                     "-n", "default", env=env, stdout=log, stderr=log)
         t0 = time.time()
         end = t0 + minutes * 60

@@ -1,6 +1,6 @@
 """The offline commands of the core: ``simulate``, ``bench`` and
 ``gen-traces``. They read and write files and print; the policy they drive
-stays pure. Wired to argparse in ``memoryguard.cli``."""
+stays pure. Wired to argparse in ``memoryguard_kuberay.cli``."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from typing import IO, Any
 
 import yaml
 
-from memoryguard.core import scoring
-from memoryguard.core.settings import PolicySettings, SettingsError
-from memoryguard.core.simulate import Replay, replay
-from memoryguard.core.tracegen import example_shapes, generate, labels_for, random_shapes
-from memoryguard.core.traces import Trace, TraceError, read_labels, read_trace, trace_files, write_trace
+from memoryguard_kuberay.core import scoring
+from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
+from memoryguard_kuberay.core.simulate import Replay, replay
+from memoryguard_kuberay.core.tracegen import example_shapes, generate, labels_for, random_shapes
+from memoryguard_kuberay.core.traces import Trace, TraceError, read_labels, read_trace, trace_files, write_trace
 
 # The project's own example traces, made by ``gen-traces`` (see core/tracegen.py).
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples" / "traces"
@@ -98,7 +98,7 @@ def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: st
                 d = td.decision
                 print(f"  {_hours(td.t_s):>9}  {d.action.value:<9} {d.reason.value:<20} {d.message}", file=out)
     if plot:
-        from memoryguard.core.plot import plot_replays
+        from memoryguard_kuberay.core.plot import plot_replays
 
         plot_replays(results, plot)
         print(f"plot written to {plot}", file=progress)

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memoryguard.core.simulate import Replay
-from memoryguard.core.traces import Trace
+from memoryguard_kuberay.core.simulate import Replay
+from memoryguard_kuberay.core.traces import Trace
 
 GIB = 1024**3
 

@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memoryguard.core.samples import Sample
+from memoryguard_kuberay.core.samples import Sample
 
 SAFETY_S = 600
 

@@ -1,6 +1,6 @@
 """Replay traces through the policy exactly as the operator would: sample by
 sample, deciding after each, and stop a trace at its first rotation (the pod
-would be gone). Used by ``memoryguard simulate`` and ``memoryguard bench``."""
+would be gone). Used by ``memoryguard-kuberay simulate`` and ``memoryguard-kuberay bench``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from memoryguard.core.policy import Action, Decision, PodWindow, RotationHistory, decide
-from memoryguard.core.samples import Sample
-from memoryguard.core.settings import PolicySettings
+from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, RotationHistory, decide
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.settings import PolicySettings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Synthetic memory traces of Ray worker containers, for the project's own
-examples, tests and demo (``memoryguard gen-traces``).
+examples, tests and demo (``memoryguard-kuberay gen-traces``).
 
 A trace is a sum of the behaviours the field reports, each a small function
 of time: a baseline, a garbage collector's sawtooth, load that follows the
@@ -18,7 +18,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from memoryguard.core.samples import Sample
+from memoryguard_kuberay.core.samples import Sample
 
 GIB = 1024**3
 DAY_S = 86400.0

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from memoryguard.core.samples import TRACE_COLUMNS, Sample
+from memoryguard_kuberay.core.samples import TRACE_COLUMNS, Sample
 
 
 class TraceError(ValueError):

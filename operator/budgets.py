@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memoryguard.operator import podinfo as pi
+from memoryguard_kuberay.operator import podinfo as pi
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "memoryguard"}
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from memoryguard.operator import trust as tr
-from memoryguard.operator.guardspec import DEFAULT_SIDECAR_IMAGE
+from memoryguard_kuberay.operator import trust as tr
+from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,9 +16,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from memoryguard.operator.kube import Kube
+from memoryguard_kuberay.operator.kube import Kube
 
-log = logging.getLogger("memoryguard.operator")
+log = logging.getLogger("memoryguard_kuberay.operator")
 QUEUE_SIZE = 2000
 
 

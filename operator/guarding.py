@@ -25,21 +25,21 @@ from typing import Any
 
 import aiohttp
 
-from memoryguard.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide, urgency
-from memoryguard.core.settings import PolicySettings
-from memoryguard.operator import budgets, patches, rotation, sidecar_client
-from memoryguard.operator import podinfo as pi
-from memoryguard.operator import status as st
-from memoryguard.operator.clock import Clock
-from memoryguard.operator.drain import Drainer
-from memoryguard.operator.eventqueue import EventPoster, PendingEvent, pod_ref
-from memoryguard.operator.events import EventReason
-from memoryguard.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec, Mode, SpecError, read_guard_spec
-from memoryguard.operator.kube import ApiError, Kube
-from memoryguard.operator.metrics import OperatorMetrics
-from memoryguard.operator.trust import Trust
+from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide, urgency
+from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.operator import budgets, patches, rotation, sidecar_client
+from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator import status as st
+from memoryguard_kuberay.operator.clock import Clock
+from memoryguard_kuberay.operator.drain import Drainer
+from memoryguard_kuberay.operator.eventqueue import EventPoster, PendingEvent, pod_ref
+from memoryguard_kuberay.operator.events import EventReason
+from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec, Mode, SpecError, read_guard_spec
+from memoryguard_kuberay.operator.kube import ApiError, Kube
+from memoryguard_kuberay.operator.metrics import OperatorMetrics
+from memoryguard_kuberay.operator.trust import Trust
 
-log = logging.getLogger("memoryguard.operator")
+log = logging.getLogger("memoryguard_kuberay.operator")
 STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})
 POLL_CONCURRENCY = 64
 

@@ -14,8 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from memoryguard.core.settings import PolicySettings, SettingsError
-from memoryguard.operator import trust as tr
+from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
+from memoryguard_kuberay.operator import trust as tr
 
 
 class Mode:

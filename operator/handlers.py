@@ -10,16 +10,16 @@ from typing import Any
 import aiohttp
 import kopf
 
-from memoryguard.operator import budgets, config, crd, guarding, patches
-from memoryguard.operator.clock import Clock
-from memoryguard.operator.drain import NoDrainer, RayGcsDrainer
-from memoryguard.operator.eventqueue import EventPoster
-from memoryguard.operator.events import EventReason
-from memoryguard.operator.guardspec import SpecError, read_guard_spec
-from memoryguard.operator.kube import ApiError, Kube, load_credentials
-from memoryguard.operator.metrics import OperatorMetrics
+from memoryguard_kuberay.operator import budgets, config, crd, guarding, patches
+from memoryguard_kuberay.operator.clock import Clock
+from memoryguard_kuberay.operator.drain import NoDrainer, RayGcsDrainer
+from memoryguard_kuberay.operator.eventqueue import EventPoster
+from memoryguard_kuberay.operator.events import EventReason
+from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
+from memoryguard_kuberay.operator.kube import ApiError, Kube, load_credentials
+from memoryguard_kuberay.operator.metrics import OperatorMetrics
 
-log = logging.getLogger("memoryguard.operator")
+log = logging.getLogger("memoryguard_kuberay.operator")
 _shared: dict[str, guarding.Shared] = {}  # set once at startup; kopf's memo is per object
 
 

@@ -33,7 +33,7 @@ API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "events", ("create",)),
     ("policy", "poddisruptionbudgets", ("get", "create", "patch", "delete")),
 )
-# What the chart's pre-delete hook (``memoryguard uninstall``) needs: delete
+# What the chart's pre-delete hook (``memoryguard-kuberay uninstall``) needs: delete
 # every guard and watch them go while the operator still runs their
 # finalizers. Its own ServiceAccount and ClusterRole, only for the hook.
 API_USE_UNINSTALL: tuple[tuple[str, str, tuple[str, ...]], ...] = (

@@ -1,4 +1,4 @@
-"""``memoryguard operator``: run the kopf operator.
+"""``memoryguard-kuberay operator``: run the kopf operator.
 
 One active replica: kopf's peering pauses lower-priority operators, and equal
 priorities all freeze, so the chart runs one replica with a priority (and
@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="memoryguard operator", description=__doc__.splitlines()[0] if __doc__ else "")
+    p = argparse.ArgumentParser(prog="memoryguard-kuberay operator",
+                                description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("--namespace", "-n", action="append", default=[],
                    help="watch this namespace (repeatable); default: all namespaces")
     p.add_argument("--standalone", action="store_true", help="no peering (a single operator, tests, the demo)")
@@ -28,7 +29,7 @@ def main(argv: Sequence[str]) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import kopf
 
-    from memoryguard.operator import handlers  # noqa: F401  (registers the handlers)
+    from memoryguard_kuberay.operator import handlers  # noqa: F401  (registers the handlers)
 
     namespaces: list[str] = list(a.namespace)
     try:

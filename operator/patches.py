@@ -14,8 +14,8 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from memoryguard.operator import podinfo as pi
-from memoryguard.operator.guardspec import Jemalloc, SidecarInjection, Spilling
+from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection, Spilling
 
 RAY_CONTAINER = 0  # KubeRay treats the first container of a template as the Ray container
 SIDECAR_NAME = pi.SIDECAR_NAME

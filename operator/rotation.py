@@ -14,10 +14,10 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from memoryguard.operator import podinfo as pi
-from memoryguard.operator.drain import Drainer
-from memoryguard.operator.events import EventReason
-from memoryguard.operator.kube import ApiError, Kube
+from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.drain import Drainer
+from memoryguard_kuberay.operator.events import EventReason
+from memoryguard_kuberay.operator.kube import ApiError, Kube
 
 Report = Callable[[EventReason, str], Awaitable[None]]
 PHASES = ("draining", "evicting", "replacing")  # the steps, in order
@@ -116,7 +116,7 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
             return Outcome()
         if pod.ip and gcs_address:
             result = await drainer.drain(gcs_address=gcs_address, node_ip=pod.ip, deadline_s=drain_timeout_s,
-                                         reason=f"memoryguard: {rot.reason}")
+                                         reason=f"memoryguard-kuberay: {rot.reason}")
             msg = result.message
             if not result.skipped:
                 await report(EventReason.DRAINED if result.ok else EventReason.DRAIN_FAILED, f"{rot.pod}: {msg}")

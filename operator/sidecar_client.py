@@ -36,7 +36,7 @@ from typing import Any
 
 import aiohttp
 
-from memoryguard.core.samples import Sample
+from memoryguard_kuberay.core.samples import Sample
 
 MAX_BODY = 512 * 1024
 MAX_SAMPLES = 2000

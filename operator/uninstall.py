@@ -1,4 +1,4 @@
-"""``memoryguard uninstall``: delete every MemoryGuard this release guards
+"""``memoryguard-kuberay uninstall``: delete every MemoryGuard this release guards
 and wait until they are gone. The chart runs it as a ``pre-delete`` hook,
 while the operator still runs, so each guard's finalizer takes its rotation
 marks off the pods, its sidecar out of the RayCluster templates and its
@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from memoryguard.operator.kube import ApiError, Kube, load_credentials
+from memoryguard_kuberay.operator.kube import ApiError, Kube, load_credentials
 
 log = logging.getLogger("memoryguard.uninstall")
 
@@ -50,7 +50,8 @@ async def delete_guards(kube: Kube, namespaces: Sequence[str], *, timeout_s: flo
 
 
 def main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="memoryguard uninstall", description=__doc__.splitlines()[0] if __doc__ else "")
+    p = argparse.ArgumentParser(prog="memoryguard-kuberay uninstall",
+                                description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("--namespace", "-n", action="append", default=[],
                    help="only the guards of this namespace (repeatable); default: every namespace")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the guards to go (default 300)")
@@ -67,11 +68,11 @@ def main(argv: Sequence[str]) -> int:
     try:
         left = asyncio.run(run())
     except ApiError as e:
-        print(f"memoryguard uninstall: {e}", file=sys.stderr)
+        print(f"memoryguard-kuberay uninstall: {e}", file=sys.stderr)
         return 1
     if left:
-        print(f"memoryguard uninstall: still there after {a.timeout:.0f} s (is the operator running?): "
+        print(f"memoryguard-kuberay uninstall: still there after {a.timeout:.0f} s (is the operator running?): "
               f"{', '.join(left)}", file=sys.stderr)
         return 1
-    print("memoryguard uninstall: every MemoryGuard is gone", file=sys.stderr)
+    print("memoryguard-kuberay uninstall: every MemoryGuard is gone", file=sys.stderr)
     return 0

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from memoryguard.sidecar import parsers
-from memoryguard.sidecar.files import PreadFile
+from memoryguard_kuberay.sidecar import parsers
+from memoryguard_kuberay.sidecar.files import PreadFile
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from memoryguard.sidecar.cgroup import CgroupV1Reader, CgroupV2Reader, MemoryReading
-from memoryguard.sidecar.procfs import SmapsReader, cgroup_dir_candidates, find_ray_pids
+from memoryguard_kuberay.sidecar.cgroup import CgroupV1Reader, CgroupV2Reader, MemoryReading
+from memoryguard_kuberay.sidecar.procfs import SmapsReader, cgroup_dir_candidates, find_ray_pids
 
 
 class Source(Protocol):

@@ -1,4 +1,4 @@
-"""``memoryguard sidecar``: settings, the sampling loop and the server.
+"""``memoryguard-kuberay sidecar``: settings, the sampling loop and the server.
 
 Every flag can also be set as ``MEMORYGUARD_<FLAG>`` (``--ray-metrics-url``
 is ``MEMORYGUARD_RAY_METRICS_URL``); a flag beats the variable. SIGTERM and
@@ -19,16 +19,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from memoryguard.core.samples import Sample
-from memoryguard.core.traces import TraceError, read_trace
-from memoryguard.sidecar import metrics as sidecar_metrics
-from memoryguard.sidecar.objectstore import RayMetricsScraper, StoreReading, shm_charged_bytes
-from memoryguard.sidecar.procfs import DEFAULT_PATTERN
-from memoryguard.sidecar.replay import ReplayFeed
-from memoryguard.sidecar.sampler import Sampler
-from memoryguard.sidecar.server import MAX_CONNECTIONS, Routes, SidecarServer
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.traces import TraceError, read_trace
+from memoryguard_kuberay.sidecar import metrics as sidecar_metrics
+from memoryguard_kuberay.sidecar.objectstore import RayMetricsScraper, StoreReading, shm_charged_bytes
+from memoryguard_kuberay.sidecar.procfs import DEFAULT_PATTERN
+from memoryguard_kuberay.sidecar.replay import ReplayFeed
+from memoryguard_kuberay.sidecar.sampler import Sampler
+from memoryguard_kuberay.sidecar.server import MAX_CONNECTIONS, Routes, SidecarServer
 
-log = logging.getLogger("memoryguard.sidecar")
+log = logging.getLogger("memoryguard_kuberay.sidecar")
 MAX_RING = 100_000
 PAGE_SAMPLES = 1000  # at most this many samples an answer (about 240 KB)
 
@@ -38,7 +38,8 @@ def _env(name: str, default: Any) -> Any:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="memoryguard sidecar", description=__doc__.splitlines()[0] if __doc__ else "")
+    p = argparse.ArgumentParser(prog="memoryguard-kuberay sidecar",
+                                description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("--listen", default=_env("listen", "0.0.0.0:9108"), help="HOST:PORT to serve on")
     p.add_argument("--interval", type=float, default=float(_env("interval", 5)), help="seconds between samples")
     p.add_argument("--window", type=float, default=float(_env("window", 3600)), help="seconds of samples kept")
@@ -234,8 +235,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         return asyncio.run(serve(args))
     except TraceError as exc:
-        print(f"memoryguard sidecar: {exc}", file=sys.stderr)
+        print(f"memoryguard-kuberay sidecar: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"memoryguard sidecar: cannot listen on {args.listen}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"memoryguard-kuberay sidecar: cannot listen on {args.listen}: {exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from memoryguard.core.samples import Sample
+from memoryguard_kuberay.core.samples import Sample
 
 P = "memoryguard_sidecar_"
 

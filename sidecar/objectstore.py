@@ -15,7 +15,7 @@ import http.client
 import os
 import urllib.parse
 
-from memoryguard.sidecar.parsers import prom_values
+from memoryguard_kuberay.sidecar.parsers import prom_values
 
 USED = b"ray_object_store_used_memory"
 AVAILABLE = b"ray_object_store_available_memory"

@@ -12,9 +12,9 @@ import os
 import re
 from collections.abc import Callable
 
-from memoryguard.sidecar.cgroup import MemoryReading
-from memoryguard.sidecar.files import PreadFile
-from memoryguard.sidecar.parsers import parse_keyed
+from memoryguard_kuberay.sidecar.cgroup import MemoryReading
+from memoryguard_kuberay.sidecar.files import PreadFile
+from memoryguard_kuberay.sidecar.parsers import parse_keyed
 
 # The raylet binary, Ray's worker processes ("ray::IDLE", "ray::MyActor") and
 # the head's GCS: all live in the Ray container.

@@ -1,4 +1,4 @@
-"""``memoryguard record --url http://POD:9108 OUT.csv``: fetch a sidecar's
+"""``memoryguard-kuberay record --url http://POD:9108 OUT.csv``: fetch a sidecar's
 samples into the trace format, so a real pod can be replayed by
 ``simulate``. With ``--follow SECONDS`` it keeps polling (``since=`` the
 newest sample) for that long; times are written relative to the first
@@ -16,8 +16,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 
-from memoryguard.core.samples import Sample
-from memoryguard.core.traces import write_trace
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.traces import write_trace
 
 MAX_ANSWER = 16 * 2**20  # a sidecar's page is about 240 KB
 MAX_PAGES = 1000
@@ -83,7 +83,8 @@ def _out_problem(path: str) -> str | None:
 
 
 def main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="memoryguard record", description=__doc__.splitlines()[0] if __doc__ else "")
+    p = argparse.ArgumentParser(prog="memoryguard-kuberay record",
+                                description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("--url", required=True, help="the sidecar, e.g. http://10.0.0.12:9108")
     p.add_argument("out", metavar="OUT.csv")
     p.add_argument("--follow", type=float, default=0.0, metavar="SECONDS", help="keep polling this long")
@@ -91,7 +92,7 @@ def main(argv: Sequence[str]) -> int:
     a = p.parse_args(list(argv))
     problem = _url_problem(a.url) or _out_problem(a.out)  # checked before fetching: nothing fetched is lost
     if problem:
-        print(f"memoryguard record: {problem}", file=sys.stderr)
+        print(f"memoryguard-kuberay record: {problem}", file=sys.stderr)
         return 2
     samples: list[Sample] = []
     deadline = time.monotonic() + a.follow
@@ -106,13 +107,13 @@ def main(argv: Sequence[str]) -> int:
             time.sleep(a.poll)
     except (urllib.error.URLError, OSError, AnswerError, ValueError) as exc:
         if not samples:
-            print(f"memoryguard record: {a.url}: {exc}", file=sys.stderr)
+            print(f"memoryguard-kuberay record: {a.url}: {exc}", file=sys.stderr)
             return 1
-        print(f"memoryguard record: stopped early: {exc}", file=sys.stderr)
+        print(f"memoryguard-kuberay record: stopped early: {exc}", file=sys.stderr)
     except KeyboardInterrupt:
         pass
     if not samples:
-        print("memoryguard record: the sidecar has no samples yet", file=sys.stderr)
+        print("memoryguard-kuberay record: the sidecar has no samples yet", file=sys.stderr)
         return 1
     t0 = samples[0].time_s
     rel = [Sample(**{**{f: getattr(s, f) for f in Sample.__dataclass_fields__}, "time_s": round(s.time_s - t0, 3)})
@@ -121,7 +122,7 @@ def main(argv: Sequence[str]) -> int:
         with open(a.out, "w", newline="") as f:
             write_trace(rel, f)
     except OSError as exc:
-        print(f"memoryguard record: {a.out}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"memoryguard-kuberay record: {a.out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     print(f"wrote {len(rel)} samples to {a.out}", file=sys.stderr)
     return 0

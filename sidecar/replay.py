@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from memoryguard.core.samples import Sample
+from memoryguard_kuberay.core.samples import Sample
 
 
 class ReplayFeed:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 
-from memoryguard.core.samples import Sample
-from memoryguard.sidecar.discovery import Source, discover, source_name
-from memoryguard.sidecar.objectstore import StoreReading
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.sidecar.discovery import Source, discover, source_name
+from memoryguard_kuberay.sidecar.objectstore import StoreReading
 
 REDISCOVER_AFTER = 3  # consecutive samples without memory.current
 

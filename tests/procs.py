@@ -55,9 +55,9 @@ def wait_until(pred, timeout: float, interval: float = 0.2, what: str = "conditi
 
 @contextlib.contextmanager
 def sidecar_process(host: str, args: Sequence[str], *, env: dict[str, str] | None = None) -> Iterator[str]:
-    """A real `memoryguard sidecar` listening on host:free port; yields its base URL."""
+    """A real `memoryguard-kuberay sidecar` listening on host:free port; yields its base URL."""
     port = free_port(host)
-    cmd = [str(VENV_BIN / "memoryguard"), "sidecar", "--listen", f"{host}:{port}", *args]
+    cmd = [str(VENV_BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"{host}:{port}", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env={**os.environ, **(env or {})})
     url = f"http://{host}:{port}"

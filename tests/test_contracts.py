@@ -11,8 +11,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN_IN_CORE = ("kopf", "kubernetes", "aiohttp", "ray", "prometheus_client", "requests", "urllib.request",
-                     "socket", "memoryguard.operator", "memoryguard.sidecar", "memoryguard.cli", "time", "datetime")
-FORBIDDEN_IN_SIDECAR = ("kopf", "kubernetes", "memoryguard.operator")
+                     "socket", "memoryguard_kuberay.operator", "memoryguard_kuberay.sidecar", "memoryguard_kuberay.cli",
+                     "time", "datetime")
+FORBIDDEN_IN_SIDECAR = ("kopf", "kubernetes", "memoryguard_kuberay.operator")
 
 
 def _imports(path: Path) -> list[str]:

@@ -10,8 +10,8 @@ Purely computational: no I/O, no clock, no Kubernetes. The operator, the
 - ``urgency(decision)`` orders pods that want a rotation (nearest harm first).
 """
 
-from memoryguard.core.policy.decide import decide, urgency
-from memoryguard.core.policy.types import Action, Decision, Evidence, Reason, RotationHistory
-from memoryguard.core.policy.window import PodWindow
+from memoryguard_kuberay.core.policy.decide import decide, urgency
+from memoryguard_kuberay.core.policy.types import Action, Decision, Evidence, Reason, RotationHistory
+from memoryguard_kuberay.core.policy.window import PodWindow
 
 __all__ = ["Action", "Decision", "Evidence", "PodWindow", "Reason", "RotationHistory", "decide", "urgency"]

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from memoryguard.core.policy import detectors as d
-from memoryguard.core.policy.types import Action, Decision, Evidence, Reason, RotationHistory
-from memoryguard.core.policy.window import PodWindow
-from memoryguard.core.settings import PolicySettings
-from memoryguard.core.units import fmt_bytes, fmt_duration, fmt_rate
+from memoryguard_kuberay.core.policy import detectors as d
+from memoryguard_kuberay.core.policy.types import Action, Decision, Evidence, Reason, RotationHistory
+from memoryguard_kuberay.core.policy.window import PodWindow
+from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_rate
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from memoryguard.core.policy.window import PodWindow, Series
-from memoryguard.core.settings import PolicySettings
-from memoryguard.core.units import fmt_bytes, fmt_duration, fmt_rate
+from memoryguard_kuberay.core.policy.window import PodWindow, Series
+from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_rate
 
 
 @dataclasses.dataclass(frozen=True)

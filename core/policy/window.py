@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 
-from memoryguard.core.policy.trend import Line, median, theil_sen
-from memoryguard.core.samples import Sample
-from memoryguard.core.settings import PolicySettings
+from memoryguard_kuberay.core.policy.trend import Line, median, theil_sen
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.settings import PolicySettings
 
 
 @dataclasses.dataclass

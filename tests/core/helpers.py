@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from memoryguard.core.policy import PodWindow
-from memoryguard.core.policy.types import Decision
-from memoryguard.core.samples import Sample
-from memoryguard.core.settings import PolicySettings
-from memoryguard.core.simulate import replay
+from memoryguard_kuberay.core.policy import PodWindow
+from memoryguard_kuberay.core.policy.types import Decision
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.core.simulate import replay
 
 GIB = 1024**3
 LIMIT = 32 * GIB

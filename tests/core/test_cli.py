@@ -1,4 +1,4 @@
-"""The offline commands as a user runs them: `memoryguard simulate`,
+"""The offline commands as a user runs them: `memoryguard-kuberay simulate`,
 `bench` and `gen-traces`, in a subprocess, checking output shapes."""
 
 from __future__ import annotations
@@ -8,14 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memoryguard.core import commands
+from memoryguard_kuberay.core import commands
 
 LEAK = str(commands.EXAMPLES_DIR / "leak_steady.csv")
 HEALTHY = str(commands.EXAMPLES_DIR / "healthy_gc_sawtooth.csv")
 
 
 def mg(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memoryguard", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "memoryguard_kuberay", *args], capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_simulate_json_shape() -> None:

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from memoryguard.core import commands
+from memoryguard_kuberay.core import commands
 
 LEAK = str(commands.EXAMPLES_DIR / "leak_steady.csv")
 HEADER = "t_s,memory_current,memory_max,inactive_file\n"
 
 
 def mg(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memoryguard", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "memoryguard_kuberay", *args], capture_output=True, text=True,
+                          timeout=120)
 
 
 def _said_once(r: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -80,7 +81,7 @@ def test_simulate_checks_the_plot_path_before_the_work(tmp_path: Path) -> None:
 
 
 def test_inject_false_as_a_string_is_refused_not_read_as_true() -> None:
-    from memoryguard.operator.guardspec import SpecError, read_guard_spec
+    from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
 
     with pytest.raises(SpecError, match="inject must be true or false"):
         read_guard_spec({"clusterSelector": {"names": ["a"]}, "sidecar": {"inject": "false"}})

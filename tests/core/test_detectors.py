@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from memoryguard.core.policy import Action, PodWindow, Reason, RotationHistory, decide
-from memoryguard.core.policy.window import HoldTimer
-from memoryguard.core.settings import PolicySettings
+from memoryguard_kuberay.core.policy import Action, PodWindow, Reason, RotationHistory, decide
+from memoryguard_kuberay.core.policy.window import HoldTimer
+from memoryguard_kuberay.core.settings import PolicySettings
 
 from .helpers import first_rotation, run, sample, series, window_of
 
@@ -234,7 +234,7 @@ def test_out_of_order_samples_are_rejected() -> None:
 
 
 def test_urgency_puts_the_nearest_harm_first() -> None:
-    from memoryguard.core.policy import Decision, Evidence, urgency
+    from memoryguard_kuberay.core.policy import Decision, Evidence, urgency
 
     def d(reason: Reason, eta: float | None = None, store_eta: float | None = None) -> Decision:
         return Decision(Action.ROTATE, reason, "", Evidence(projected_oom_s=eta, store_projected_full_s=store_eta))

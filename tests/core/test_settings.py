@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from memoryguard.core.settings import SETTINGS_TABLE, PolicySettings, SettingsError, crd_properties
+from memoryguard_kuberay.core.settings import SETTINGS_TABLE, PolicySettings, SettingsError, crd_properties
 
 
 def test_defaults_match_table() -> None:

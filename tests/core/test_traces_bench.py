@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from memoryguard.core import commands
-from memoryguard.core.settings import PolicySettings
-from memoryguard.core.tracegen import example_shapes, generate, labels_for
-from memoryguard.core.traces import TraceError, iter_samples, read_labels, write_trace
+from memoryguard_kuberay.core import commands
+from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.core.tracegen import example_shapes, generate, labels_for
+from memoryguard_kuberay.core.traces import TraceError, iter_samples, read_labels, write_trace
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 

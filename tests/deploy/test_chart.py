@@ -14,8 +14,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from memoryguard.operator import config, kube
-from memoryguard.operator.guardspec import read_guard_spec
+from memoryguard_kuberay.operator import config, kube
+from memoryguard_kuberay.operator.guardspec import read_guard_spec
 
 from ..emulator.schema import to_json_schema
 

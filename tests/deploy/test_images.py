@@ -24,7 +24,7 @@ def _dockerfile_extra(name: str) -> str:
     assert re.search(r"^USER \d+:\d+$", text, re.M), f"{name} must run as a numeric non-root user"
     bases = re.findall(r"^FROM (\S+)", text, re.M)
     assert len(bases) == 2 and all(re.fullmatch(r"python:3\.11\.\d+-slim-\w+", b) for b in bases), bases
-    assert 'ENTRYPOINT ["memoryguard"]' in text
+    assert 'ENTRYPOINT ["memoryguard-kuberay"]' in text
     return m.group(1)
 
 
@@ -48,7 +48,7 @@ def test_sidecar_image_install_is_small_and_serves(tmp_path: Path) -> None:
     for heavy in ("kopf", "kubernetes", "ray", "aiohttp"):
         assert not _importable(py, heavy), f"the sidecar image would carry {heavy}"
     port = free_port("127.0.0.61")
-    proc = subprocess.Popen([str(py.parent / "memoryguard"), "sidecar", "--listen", f"127.0.0.61:{port}",
+    proc = subprocess.Popen([str(py.parent / "memoryguard-kuberay"), "sidecar", "--listen", f"127.0.0.61:{port}",
                              "--cgroup-root", str(ROOT / "tests" / "fixtures" / "cgroup-v2-ray"),
                              "--ray-metrics-url", "", "--interval", "0.2"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, cwd=tmp_path)
@@ -63,8 +63,8 @@ def test_sidecar_image_install_is_small_and_serves(tmp_path: Path) -> None:
 @pytest.mark.skipif(sys.platform != "linux", reason="linux only")
 def test_operator_image_install_has_its_entrypoint(tmp_path: Path) -> None:
     py = _fresh_venv(tmp_path, _dockerfile_extra("Dockerfile.operator"))
-    for needed in ("kopf", "kubernetes", "ray._raylet", "memoryguard.operator.handlers"):
+    for needed in ("kopf", "kubernetes", "ray._raylet", "memoryguard_kuberay.operator.handlers"):
         assert _importable(py, needed), needed
-    out = subprocess.run([str(py.parent / "memoryguard"), "operator", "--help"], capture_output=True, text=True,
+    out = subprocess.run([str(py.parent / "memoryguard-kuberay"), "operator", "--help"], capture_output=True, text=True,
                          timeout=60, cwd=tmp_path)
     assert out.returncode == 0 and "--standalone" in out.stdout

@@ -1,4 +1,4 @@
-"""``memoryguard demo`` / ``make demo``: the whole system saving a leaking
+"""``memoryguard-kuberay demo`` / ``make demo``: the whole system saving a leaking
 cluster, on a laptop, in about a minute and a half.
 
 Real: the operator process, one sidecar process per pod (replaying recorded
@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memoryguard.core import commands
-from memoryguard.core.plot import save_grid
-from memoryguard.core.traces import read_labels, read_trace
+from memoryguard_kuberay.core import commands
+from memoryguard_kuberay.core.plot import save_grid
+from memoryguard_kuberay.core.traces import read_labels, read_trace
 
 from .world import SIDECAR_PORT, World, world
 
@@ -34,7 +34,7 @@ GIB = 1024**3
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="memoryguard demo", description=__doc__.splitlines()[0] if __doc__ else "")
+    p = argparse.ArgumentParser(prog="memoryguard-kuberay demo", description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("--speed", type=float, default=900.0, help="how much faster than real time (default 900)")
     p.add_argument("--workers", type=int, default=5, help="worker pods in the RayCluster (default 5)")
     p.add_argument("--json", action="store_true", help="no live view; print the summary as one JSON document")

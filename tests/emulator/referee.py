@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from memoryguard.operator.status import MAX_RECENT
+from memoryguard_kuberay.operator.status import MAX_RECENT
 
 from .api import EmulatedApi
 from .disruption import is_ready

@@ -1,6 +1,6 @@
 """The test world: the emulated API on loopback, the KubeRay stand-in, real
 sidecar processes replaying traces at each pod's own loopback IP, and the
-real operator as a process (``memoryguard operator``) talking to the
+real operator as a process (``memoryguard-kuberay operator``) talking to the
 emulated API through a kubeconfig, on an accelerated clock shared with the
 sidecars. Only the API server and KubeRay are stand-ins."""
 
@@ -43,7 +43,7 @@ def load_crds(api: EmulatedApi) -> None:
 
 
 class SidecarProcess:
-    """A real ``memoryguard sidecar --replay`` at the pod's IP."""
+    """A real ``memoryguard-kuberay sidecar --replay`` at the pod's IP."""
 
     def __init__(self, proc: asyncio.subprocess.Process, url: str, start_clock: float, trace: Path) -> None:
         self.proc, self.url, self.start_clock, self.trace = proc, url, start_clock, trace
@@ -104,7 +104,7 @@ class World:
         port = SIDECAR_PORT + 1 if self.proxied else SIDECAR_PORT
         log = open(self.workdir / f"sidecar-{name}.log", "wb")  # noqa: SIM115
         proc = await asyncio.create_subprocess_exec(
-            str(BIN / "memoryguard"), "sidecar", "--listen", f"{ip}:{port}", "--replay", str(trace),
+            str(BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"{ip}:{port}", "--replay", str(trace),
             "--speed", str(self.speed), "--epoch", str(self.epoch), "--start", str(start),
             "--interval", "1", "--window", "21600", "--pod-uid", pod["metadata"]["uid"], "--pod-name", name,
             stdout=log, stderr=log)
@@ -126,7 +126,8 @@ class World:
                "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60", **(extra_env or {})}
         log = open(self.workdir / f"operator-{len(self.operators)}.log", "wb")  # noqa: SIM115
         proc = await asyncio.create_subprocess_exec(
-            str(BIN / "memoryguard"), "operator", "--standalone", "-n", "default", stdout=log, stderr=log, env=env)
+            str(BIN / "memoryguard-kuberay"), "operator", "--standalone", "-n", "default", stdout=log, stderr=log,
+            env=env)
         self.operators.append(proc)
         return proc
 

@@ -6,7 +6,7 @@ import copy
 from collections.abc import Collection
 from typing import Any
 
-from memoryguard.core import commands
+from memoryguard_kuberay.core import commands
 
 from ..emulator.world import SIDECAR_PORT
 

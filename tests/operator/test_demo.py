@@ -1,4 +1,4 @@
-"""The demo, headless (``memoryguard demo --json``), as a user would run it:
+"""The demo, headless (``memoryguard-kuberay demo --json``), as a user would run it:
 every leak caught before its OOM, no false rotation, every rotated worker
 replaced, no plain delete, and no process left behind."""
 
@@ -27,14 +27,14 @@ def _memoryguard_processes() -> set[int]:
                 cmd = (d / "cmdline").read_bytes()
             except OSError:
                 continue
-            if b"memoryguard\x00sidecar" in cmd or b"memoryguard\x00operator" in cmd:
+            if b"memoryguard-kuberay\x00sidecar" in cmd or b"memoryguard-kuberay\x00operator" in cmd:
                 out.add(int(d.name))
     return out
 
 
 def test_demo_headless(tmp_path: Path) -> None:
     before = _memoryguard_processes()
-    out = subprocess.run([str(Path(sys.executable).parent / "memoryguard"), "demo", "--json", "--plot",
+    out = subprocess.run([str(Path(sys.executable).parent / "memoryguard-kuberay"), "demo", "--json", "--plot",
                           str(tmp_path / "demo.png")], capture_output=True, text=True, timeout=300,
                          env={**os.environ})
     assert out.returncode == 0, out.stderr[-3000:]

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from memoryguard.operator.drain import RayGcsDrainer
+from memoryguard_kuberay.operator.drain import RayGcsDrainer
 
 from ..procs import free_port, wait_until
 from ..rayfixture import ray_head, ray_worker_node
@@ -38,7 +38,7 @@ def test_drain_second_node_not_head() -> None:
         assert asyncio.run(d.drain(gcs_address=head.gcs_address, node_ip="127.0.0.9", deadline_s=30,
                                    reason="test")).message == "no alive Ray node at 127.0.0.9"
         result = asyncio.run(d.drain(gcs_address=head.gcs_address, node_ip="127.0.0.2", deadline_s=30,
-                                     reason="memoryguard: projected OOM"))
+                                     reason="memoryguard-kuberay: projected OOM"))
         assert result.ok, result.message
         # An idle node drains at once: its raylet exits and the GCS marks it dead.
         wait_until(lambda: _alive(head.gcs_address).get("127.0.0.2") is False, 60, what="the node to be drained")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryguard.operator.patches import SIDECAR_NAME
+from memoryguard_kuberay.operator.patches import SIDECAR_NAME
 
 from ..emulator.world import world
 from .conftest import by_worker_index, guard, raycluster
@@ -53,7 +53,7 @@ async def test_inject_then_delete_guard_removes_it(tmp_path: Path) -> None:
 
 
 async def test_plateau_gets_jemalloc_in_auto_mode(tmp_path: Path) -> None:
-    from memoryguard.core import commands
+    from memoryguard_kuberay.core import commands
 
     frag = commands.EXAMPLES_DIR / "fragmentation_flattens.csv"
     async with world(tmp_path, lambda pod: frag) as w:

@@ -10,7 +10,7 @@ evictions, PDB status from a disruption-controller stand-in, CEL, pruning.
 - rotation Events land on the pod too, injection Events on the RayCluster;
 - deleting a guard stops its daemon without kopf cancelling it mid-request,
   and leaves no ``memoryguard.io/rotation-*`` annotation on any pod;
-- ``memoryguard uninstall`` (the chart's pre-delete hook) deletes the guards
+- ``memoryguard-kuberay uninstall`` (the chart's pre-delete hook) deletes the guards
   while the operator runs: nothing hangs, no sidecar stays injected.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from memoryguard.operator.patches import SIDECAR_NAME
+from memoryguard_kuberay.operator.patches import SIDECAR_NAME
 
 from ..emulator.world import world
 from .conftest import by_worker_index, guard, leaking_pods, start_cluster
@@ -120,7 +120,7 @@ async def test_uninstall_deletes_guards_while_the_operator_runs(tmp_path: Path) 
         await w.start_operator(extra_env={"MEMORYGUARD_LOG_LEVEL": "DEBUG"})
         await w.wait_for(lambda: _on(w, "SidecarInjected", "RayCluster"), 60, "the injection Event on the RayCluster")
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "memoryguard", "uninstall", "--timeout", "60", "-n", "default",
+            sys.executable, "-m", "memoryguard_kuberay", "uninstall", "--timeout", "60", "-n", "default",
             env={**os.environ, "KUBECONFIG": str(w.kubeconfig)}, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(proc.communicate(), 90)
@@ -139,7 +139,7 @@ async def test_uninstall_without_the_operator_says_what_is_stuck(tmp_path: Path)
         stuck["metadata"]["finalizers"] = ["kopf.zalando.org/KopfFinalizerMarker"]  # as kopf leaves it
         w.api.put("memoryguards", stuck)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "memoryguard", "uninstall", "--timeout", "2",
+            sys.executable, "-m", "memoryguard_kuberay", "uninstall", "--timeout", "2",
             env={**os.environ, "KUBECONFIG": str(w.kubeconfig)}, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(proc.communicate(), 30)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryguard.operator import crd
-from memoryguard.operator.guardspec import SpecError, read_guard_spec
+from memoryguard_kuberay.operator import crd
+from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from memoryguard.core.policy import Action, Decision, Evidence, Reason
-from memoryguard.operator import crd
-from memoryguard.operator import status as st
-from memoryguard.operator.guardspec import SpecError, read_guard_spec
-from memoryguard.operator.trust import Trust, repository
+from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
+from memoryguard_kuberay.operator import crd
+from memoryguard_kuberay.operator import status as st
+from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
+from memoryguard_kuberay.operator.trust import Trust, repository
 
 from ..emulator import schema
 

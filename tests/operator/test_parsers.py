@@ -8,9 +8,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryguard.core.policy import PodWindow
-from memoryguard.core.settings import PolicySettings
-from memoryguard.operator import podinfo, rotation, sidecar_client
+from memoryguard_kuberay.core.policy import PodWindow
+from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.operator import podinfo, rotation, sidecar_client
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
                            lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
@@ -173,8 +173,8 @@ def test_rotation_marks_of_any_content_adopt_within_budget(marks: list[dict[str,
     of a group, and never a time that is not a number."""
     import math
 
-    from memoryguard.operator.clock import Clock
-    from memoryguard.operator.guarding import GuardLoop, Shared
+    from memoryguard_kuberay.operator.clock import Clock
+    from memoryguard_kuberay.operator.guarding import GuardLoop, Shared
 
     loop = GuardLoop(Shared(kube=None, events=None, drainer=None, http=None, clock=Clock(), metrics=None),  # type: ignore[arg-type]
                      "default", "leak-guard")
@@ -189,7 +189,7 @@ def test_rotation_marks_of_any_content_adopt_within_budget(marks: list[dict[str,
 
 
 def test_desired_replicas_counts_hosts_and_the_head() -> None:
-    from memoryguard.operator.guarding import desired_replicas
+    from memoryguard_kuberay.operator.guarding import desired_replicas
 
     rc = {"metadata": {"name": "rc"}, "spec": {"workerGroupSpecs": [
         {"groupName": "cpu", "replicas": 3}, {"groupName": "tpu", "replicas": 2, "numOfHosts": 4},
@@ -200,7 +200,7 @@ def test_desired_replicas_counts_hosts_and_the_head() -> None:
 @settings(max_examples=200)
 @given(json_values)
 def test_desired_replicas_of_any_spec(spec: object) -> None:
-    from memoryguard.operator.guarding import desired_replicas
+    from memoryguard_kuberay.operator.guarding import desired_replicas
 
     out = desired_replicas({"metadata": {"name": "rc"}, "spec": spec if isinstance(spec, dict) else {
         "workerGroupSpecs": spec}})
@@ -208,8 +208,8 @@ def test_desired_replicas_of_any_spec(spec: object) -> None:
 
 
 def test_group_short_counts_missing_and_unready_pods_and_rotations_started_this_cycle() -> None:
-    from memoryguard.operator.clock import Clock
-    from memoryguard.operator.guarding import GuardLoop, Shared
+    from memoryguard_kuberay.operator.clock import Clock
+    from memoryguard_kuberay.operator.guarding import GuardLoop, Shared
 
     loop = GuardLoop(Shared(kube=None, events=None, drainer=None, http=None, clock=Clock(), metrics=None),  # type: ignore[arg-type]
                      "default", "leak-guard")

@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
-from memoryguard.operator import patches
-from memoryguard.operator.guardspec import Jemalloc, SidecarInjection, Spilling
+from memoryguard_kuberay.operator import patches
+from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection, Spilling
 
 from ..emulator.patching import json_patch
 from ..emulator.schema import to_json_schema

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from memoryguard.core.policy import Action, Decision, Evidence, Reason
-from memoryguard.operator import budgets, crd
-from memoryguard.operator import status as st
+from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
+from memoryguard_kuberay.operator import budgets, crd
+from memoryguard_kuberay.operator import status as st
 
 from ..emulator import disruption, schema
 

@@ -17,7 +17,7 @@ def make_proc(root: Path, cgroup_fixture: str | None, *, v1: bool = False) -> Pa
     proc = root / "proc"
     raylet = b"/usr/local/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet\0--node_ip_address=10.0.0.5\0"
     procs = {100: raylet,
-             200: b"/usr/local/bin/python\0/usr/local/bin/memoryguard\0sidecar\0",
+             200: b"/usr/local/bin/python\0/usr/local/bin/memoryguard-kuberay\0sidecar\0",
              300: b"ray::IDLE\0"}
     for pid, cmd in procs.items():
         d = proc / str(pid)

@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from memoryguard.core import commands
+from memoryguard_kuberay.core import commands
 
 from ..procs import VENV_BIN, free_port, get_json, http_get, sidecar_process, wait_until
 
@@ -62,7 +62,7 @@ def test_replay_serves_a_trace_on_its_own_clock_and_exits_on_sigterm(tmp_path: P
     trace = commands.EXAMPLES_DIR / "leak_steady.csv"
     port = free_port("127.0.0.23")
     epoch = time.time()
-    proc = subprocess.Popen([str(VENV_BIN / "memoryguard"), "sidecar", "--listen", f"127.0.0.23:{port}",
+    proc = subprocess.Popen([str(VENV_BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"127.0.0.23:{port}",
                              "--replay", str(trace), "--speed", "600", "--epoch", str(epoch),
                              "--start", str(epoch)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -76,7 +76,7 @@ def test_replay_serves_a_trace_on_its_own_clock_and_exits_on_sigterm(tmp_path: P
         # 600x: the trace clock runs ahead of the wall clock
         assert ts[-1] <= (time.time() - epoch) * 600 + 15
         out = tmp_path / "rec.csv"
-        rec = subprocess.run([str(VENV_BIN / "memoryguard"), "record", "--url", url, str(out)],
+        rec = subprocess.run([str(VENV_BIN / "memoryguard-kuberay"), "record", "--url", url, str(out)],
                              capture_output=True, text=True, timeout=30)
         assert rec.returncode == 0, rec.stderr
         lines = out.read_text().splitlines()
@@ -89,13 +89,13 @@ def test_replay_serves_a_trace_on_its_own_clock_and_exits_on_sigterm(tmp_path: P
 
 
 def test_bad_replay_file_is_a_clear_error(tmp_path: Path) -> None:
-    r = subprocess.run([str(VENV_BIN / "memoryguard"), "sidecar", "--listen", "127.0.0.24:0", "--replay",
+    r = subprocess.run([str(VENV_BIN / "memoryguard-kuberay"), "sidecar", "--listen", "127.0.0.24:0", "--replay",
                         str(tmp_path / "missing.csv")], capture_output=True, text=True, timeout=20)
     assert r.returncode == 2 and "missing.csv" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_json_roundtrip_of_wire_format() -> None:
-    from memoryguard.core.samples import Sample
+    from memoryguard_kuberay.core.samples import Sample
 
     s = Sample(time_s=1.5, memory_current_bytes=10, inactive_file_bytes=3, psi_full_avg10_pct=2.5)
     assert Sample.from_wire(json.loads(json.dumps(s.to_wire()))) == s
@@ -143,7 +143,7 @@ def test_a_blind_sidecar_says_so_in_its_log_and_its_health(tmp_path: Path) -> No
     port = free_port("127.0.0.25")
     log = tmp_path / "sidecar.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([str(VENV_BIN / "memoryguard"), "sidecar", "--listen", f"127.0.0.25:{port}",
+        proc = subprocess.Popen([str(VENV_BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"127.0.0.25:{port}",
                                  "--cgroup-root", str(tmp_path / "no-such-cgroup"), "--interval", "0.2",
                                  "--ray-metrics-url", ""], stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -7,9 +7,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryguard.core.samples import Sample
-from memoryguard.sidecar import parsers
-from memoryguard.sidecar.objectstore import AVAILABLE, USED, WANTED
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.sidecar import parsers
+from memoryguard_kuberay.sidecar.objectstore import AVAILABLE, USED, WANTED
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from memoryguard.sidecar import discovery
-from memoryguard.sidecar.cgroup import CgroupV1Reader, CgroupV2Reader
-from memoryguard.sidecar.objectstore import StoreReading
-from memoryguard.sidecar.procfs import DEFAULT_PATTERN, find_ray_pids
-from memoryguard.sidecar.sampler import Sampler
+from memoryguard_kuberay.sidecar import discovery
+from memoryguard_kuberay.sidecar.cgroup import CgroupV1Reader, CgroupV2Reader
+from memoryguard_kuberay.sidecar.objectstore import StoreReading
+from memoryguard_kuberay.sidecar.procfs import DEFAULT_PATTERN, find_ray_pids
+from memoryguard_kuberay.sidecar.sampler import Sampler
 
 from .conftest import make_proc
 

@@ -1,7 +1,7 @@
-"""The ``memoryguard`` command: one entry point, one subcommand per job.
+"""The ``memoryguard-kuberay`` command: one entry point, one subcommand per job.
 
 Subcommands import what they need when they run, so the sidecar image (which
-has no kopf, kubernetes or ray) can run ``memoryguard sidecar``.
+has no kopf, kubernetes or ray) can run ``memoryguard-kuberay sidecar``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="memoryguard", description=__doc__.splitlines()[0] if __doc__ else None)
+    p = argparse.ArgumentParser(prog="memoryguard-kuberay", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("simulate", help="replay memory traces through the policy, offline")
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in PASSTHROUGH:
         return _passthrough(argv[0], argv[1:])
     args = _parser().parse_args(argv)
-    from memoryguard.core import commands
+    from memoryguard_kuberay.core import commands
 
     try:
         if args.command == "simulate":
@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "gen-traces":
             return commands.gen_traces(args.out_dir, random_n=args.random, seed=args.seed)
     except commands.UsageError as exc:
-        print(f"memoryguard: {exc}", file=sys.stderr)
+        print(f"memoryguard-kuberay: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -73,20 +73,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _passthrough(command: str, rest: list[str]) -> int:
     try:
         if command == "sidecar":
-            from memoryguard.sidecar import main as sidecar_main
+            from memoryguard_kuberay.sidecar import main as sidecar_main
 
             return sidecar_main.main(rest)
         if command == "record":
-            from memoryguard.sidecar import record
+            from memoryguard_kuberay.sidecar import record
 
             return record.main(rest)
         if command == "demo":
             return _demo(rest)
         if command == "uninstall":
-            from memoryguard.operator import uninstall
+            from memoryguard_kuberay.operator import uninstall
 
             return uninstall.main(rest)
-        from memoryguard.operator import main as operator_main
+        from memoryguard_kuberay.operator import main as operator_main
 
         return operator_main.main(rest)
     except KeyboardInterrupt:
@@ -100,7 +100,7 @@ def _demo(rest: list[str]) -> int:
 
     root = Path(__file__).resolve().parents[1]
     if not (root / "tests" / "emulator" / "demo.py").exists():
-        print("memoryguard demo runs from a source checkout of MemoryGuard: `make demo` there", file=sys.stderr)
+        print("memoryguard-kuberay demo runs from a source checkout of MemoryGuard: `make demo` there", file=sys.stderr)
         return 2
     sys.path.insert(0, str(root))
     from tests.emulator import demo
@@ -109,8 +109,8 @@ def _demo(rest: list[str]) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from memoryguard import policy_cost
-    from memoryguard.core import commands
+    from memoryguard_kuberay import policy_cost
+    from memoryguard_kuberay.core import commands
 
     directory = args.directory or str(commands.EXAMPLES_DIR)
     result = commands.bench(directory, labels_path=args.labels, guard=args.guard, as_json=args.json)

@@ -1,4 +1,4 @@
-"""Measures what the policy costs per sample, for ``memoryguard bench``.
+"""Measures what the policy costs per sample, for ``memoryguard-kuberay bench``.
 
 Lives outside the core because it reads the clock; the work it times is the
 core's ``PodWindow.add`` + ``decide``, exactly as the operator calls them.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from memoryguard.core.policy import PodWindow, RotationHistory, decide
-from memoryguard.core.settings import PolicySettings
-from memoryguard.core.traces import Trace
+from memoryguard_kuberay.core.policy import PodWindow, RotationHistory, decide
+from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.core.traces import Trace
 
 
 def measure(traces: Sequence[Trace], settings: PolicySettings) -> dict[str, float]:
