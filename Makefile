@@ -7,10 +7,14 @@ STAMP   := $(VENV)/.installed
 
 .PHONY: setup run demo test lint typecheck unit faults soak bench bench-sidecar bench-hostile bench-operator crds traces clean
 
-$(STAMP): pyproject.toml
+PARTS   := core sidecar operator devkit
+
+# The parts are distributions that depend on each other by name: installed
+# together, from this checkout, never looked up by name alone.
+$(STAMP): pyproject.toml $(PARTS:%=%/pyproject.toml)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q $(PARTS:%=-e ./%) -e '.[dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -22,10 +26,10 @@ run: $(STAMP)
 	$(BIN)/memoryguard-kuberay simulate --plot simulate.png examples/traces/leak_steady.csv examples/traces/healthy_gc_sawtooth.csv examples/traces/fragmentation_flattens.csv examples/traces/plasma_never_released.csv
 
 lint: $(STAMP)
-	$(BIN)/ruff check --no-cache memoryguard_kuberay core sidecar operator tests benchmarks
+	$(BIN)/ruff check --no-cache core sidecar operator devkit tests benchmarks
 
 typecheck: $(STAMP)
-	VENV=$(VENV) .ci/typecheck-tree
+	$(BIN)/mypy $(PARTS:%=%/src)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q
@@ -40,7 +44,7 @@ traces: $(STAMP)
 	$(BIN)/memoryguard-kuberay gen-traces examples/traces
 
 clean:
-	rm -rf $(VENV) build *.egg-info simulate.png
+	rm -rf $(VENV) build dist */build *.egg-info */src/*.egg-info simulate.png
 
 bench-sidecar: $(STAMP)
 	$(BIN)/python benchmarks/sidecar_bench.py

@@ -27,14 +27,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import kmock
+import yaml
 
-import kmock  # noqa: E402
-import yaml  # noqa: E402
-
-from tests.emulator.api import EmulatedApi  # noqa: E402
-from tests.emulator.world import load_crds  # noqa: E402
+from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
+from memoryguard_kuberay.devkit.emulator.world import load_crds
 
 PORT = 19208
 GIB = 1024**3

@@ -34,22 +34,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import kmock
+import yaml
+from operator_scale import proc_cpu_rss  # benchmarks/, beside this script
 
-import kmock  # noqa: E402
-import yaml  # noqa: E402
-from operator_scale import proc_cpu_rss  # noqa: E402  (benchmarks/, beside this script)
-
-from memoryguard_kuberay.core import commands  # noqa: E402
-from memoryguard_kuberay.core.samples import Sample  # noqa: E402
-from memoryguard_kuberay.core.traces import read_trace  # noqa: E402
-from memoryguard_kuberay.sidecar.replay import ReplayFeed  # noqa: E402
-from tests.emulator.api import ApiError, EmulatedApi  # noqa: E402
-from tests.emulator.kuberay import KubeRayStandIn  # noqa: E402
-from tests.emulator.referee import Referee  # noqa: E402
-from tests.emulator.sidecar_faults import Mode, spoil  # noqa: E402
-from tests.emulator.world import load_crds  # noqa: E402
+from memoryguard_kuberay.core import commands
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.traces import read_trace
+from memoryguard_kuberay.devkit.emulator.api import ApiError, EmulatedApi
+from memoryguard_kuberay.devkit.emulator.kuberay import KubeRayStandIn
+from memoryguard_kuberay.devkit.emulator.referee import Referee
+from memoryguard_kuberay.devkit.emulator.sidecar_faults import Mode, spoil
+from memoryguard_kuberay.devkit.emulator.world import load_crds
+from memoryguard_kuberay.sidecar.replay import ReplayFeed
 
 PORT = 19308
 STALE_AFTER_S = 1800.0
@@ -131,8 +128,8 @@ def rss_mib(pid: int) -> float:
 
 async def soak(minutes: float, workers: int, speed: float, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
-    labels = json.loads((commands.EXAMPLES_DIR / "labels.json").read_text())
-    traces = {name: read_trace(commands.EXAMPLES_DIR / f"{name}.csv") for name in labels}
+    labels = json.loads((commands.examples_dir() / "labels.json").read_text())
+    traces = {name: read_trace(commands.examples_dir() / f"{name}.csv") for name in labels}
     healthy = sorted(n for n, v in labels.items() if v["kind"] == "healthy")
     leaks = sorted(n for n, v in labels.items() if v["kind"] != "healthy")
     epoch = time.time()

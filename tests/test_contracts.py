@@ -1,6 +1,7 @@
 """Architecture contracts: the core is pure (imports no kopf, kubernetes,
 aiohttp, ray, prometheus_client, nor the operator or sidecar, and reads no
-clock), and the sidecar stays small (no kopf, kubernetes, ray)."""
+clock), the sidecar stays small (no kopf, kubernetes, ray), no shipped code
+imports the tests, and every module has one path (no symlinks)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+CORE = "core/src/memoryguard_kuberay/core"  # the pure package (the core distribution also holds the CLI)
+SIDECAR = "sidecar/src"
+SHIPPED = ("core/src", "sidecar/src", "operator/src", "devkit/src")
 FORBIDDEN_IN_CORE = ("kopf", "kubernetes", "aiohttp", "ray", "prometheus_client", "requests", "urllib.request",
                      "socket", "memoryguard_kuberay.operator", "memoryguard_kuberay.sidecar", "memoryguard_kuberay.cli",
                      "time", "datetime")
@@ -37,18 +41,31 @@ def _violations(folder: str, forbidden: tuple[str, ...]) -> list[str]:
 
 
 def test_core_is_pure() -> None:
-    assert _violations("core", FORBIDDEN_IN_CORE) == []
+    assert _violations(CORE, FORBIDDEN_IN_CORE) == []
 
 
 def test_sidecar_stays_small() -> None:
-    assert _violations("sidecar", FORBIDDEN_IN_SIDECAR) == []
+    assert _violations(SIDECAR, FORBIDDEN_IN_SIDECAR) == []
+
+
+@pytest.mark.parametrize("folder", SHIPPED)
+def test_no_shipped_code_imports_the_tests(folder: str) -> None:
+    assert _violations(folder, ("tests",)) == []
+
+
+def test_every_module_has_one_path() -> None:
+    links = [str(p.relative_to(ROOT)) for folder in (*SHIPPED, "tests", "benchmarks")
+             for p in (ROOT / folder).rglob("*") if p.is_symlink()]
+    assert links == []
+    top = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists() and p.name != "tests")
+    assert top == []  # nothing at the top is a package: every import goes through memoryguard_kuberay
 
 
 @pytest.mark.parametrize("call", ["time.monotonic", "time.perf_counter", "datetime.now", "datetime.utcnow",
                                   "date.today"])
 def test_core_reads_no_clock(call: str) -> None:
     attr = call.split(".")[1]
-    for path in sorted((ROOT / "core").rglob("*.py")):
+    for path in sorted((ROOT / CORE).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr == attr:
                 pytest.fail(f"{path.name} calls {call}")
@@ -85,7 +102,9 @@ def _executing(path: Path) -> list[str]:
     return sorted(out)
 
 
-@pytest.mark.parametrize("folder", ["operator", "sidecar", "core"])
+# The devkit is exempt: it is the test world (it starts sidecar and operator
+# processes); no image installs it.
+@pytest.mark.parametrize("folder", ["operator/src", "sidecar/src", "core/src"])
 def test_shipped_code_executes_nothing(folder: str) -> None:
     found = [f"{p.relative_to(ROOT)} {what}" for p in sorted((ROOT / folder).rglob("*.py")) for what in _executing(p)]
     assert found == []

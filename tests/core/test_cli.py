@@ -10,8 +10,8 @@ from pathlib import Path
 
 from memoryguard_kuberay.core import commands
 
-LEAK = str(commands.EXAMPLES_DIR / "leak_steady.csv")
-HEALTHY = str(commands.EXAMPLES_DIR / "healthy_gc_sawtooth.csv")
+LEAK = str(commands.examples_dir() / "leak_steady.csv")
+HEALTHY = str(commands.examples_dir() / "healthy_gc_sawtooth.csv")
 
 
 def mg(*args: str) -> subprocess.CompletedProcess[str]:

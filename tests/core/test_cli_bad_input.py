@@ -16,7 +16,7 @@ import pytest
 
 from memoryguard_kuberay.core import commands
 
-LEAK = str(commands.EXAMPLES_DIR / "leak_steady.csv")
+LEAK = str(commands.examples_dir() / "leak_steady.csv")
 HEADER = "t_s,memory_current,memory_max,inactive_file\n"
 
 

@@ -28,11 +28,11 @@ def test_examples_are_what_the_generator_makes() -> None:
     samples = list(generate(shape))
     buf = io.StringIO()
     write_trace(samples, buf)
-    assert (commands.EXAMPLES_DIR / f"{shape.name}.csv").read_text() == buf.getvalue()
-    assert read_labels(commands.EXAMPLES_DIR / "labels.json")[shape.name] == labels_for(shape, samples)
+    assert (commands.examples_dir() / f"{shape.name}.csv").read_text() == buf.getvalue()
+    assert read_labels(commands.examples_dir() / "labels.json")[shape.name] == labels_for(shape, samples)
 
 
-@pytest.mark.parametrize("directory", [commands.EXAMPLES_DIR, SHARED], ids=["examples", "shared"])
+@pytest.mark.parametrize("directory", [commands.examples_dir(), SHARED], ids=["examples", "shared"])
 def test_every_leak_caught_no_false_rotation(directory: Path) -> None:
     if not directory.exists():
         pytest.skip(f"{directory} not present in this checkout")

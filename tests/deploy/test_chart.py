@@ -14,10 +14,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from memoryguard_kuberay.devkit.emulator.schema import to_json_schema
 from memoryguard_kuberay.operator import config, kube
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
-
-from ..emulator.schema import to_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "memoryguard"

@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-OURS = [PYPROJECT["project"]["name"]]
-SUMMARY = PYPROJECT["project"]["description"]
+PARTS = ("core", "sidecar", "operator", "devkit")
+PROJECTS = {p: tomllib.loads((ROOT / p / "pyproject.toml").read_text())["project"] for p in PARTS}
+PROJECTS["."] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+OURS = sorted(p["name"] for p in PROJECTS.values())
+SUMMARIES = {p["name"]: p["description"] for p in PROJECTS.values()}
 
 pytestmark = pytest.mark.slow
 
@@ -42,11 +44,19 @@ def registry() -> None:
 
 
 def test_one_naming_scheme() -> None:
-    assert all(n == "memoryguard-kuberay" or n.startswith("memoryguard-kuberay-") for n in OURS), OURS
-    scripts = PYPROJECT["project"]["scripts"]
-    assert set(scripts) == {"memoryguard-kuberay"} and "memoryguard" not in scripts
-    assert (ROOT / "memoryguard_kuberay" / "__init__.py").exists()
-    assert not (ROOT / "memoryguard").exists()
+    assert OURS == ["memoryguard-kuberay", "memoryguard-kuberay-core", "memoryguard-kuberay-devkit",
+                    "memoryguard-kuberay-operator", "memoryguard-kuberay-sidecar"]
+    scripts = {k: v for p in PROJECTS.values() for k, v in (p.get("scripts") or {}).items()}
+    assert scripts == {"memoryguard-kuberay": "memoryguard_kuberay.cli:main"}
+    for part in PARTS:  # one namespace package, one subpackage per part
+        assert (ROOT / part / "src" / "memoryguard_kuberay" / part / "__init__.py").exists(), part
+        assert not (ROOT / part / "src" / "memoryguard_kuberay" / "__init__.py").exists(), part
+    # Every dependency between our parts is by one of our names, pinned.
+    for p in PROJECTS.values():
+        for dep in [*p.get("dependencies", []), *(d for ds in (p.get("optional-dependencies") or {}).values()
+                                                   for d in ds)]:
+            if dep.startswith("memoryguard"):
+                assert dep.split("[")[0].split("=")[0] in OURS and "==" in dep, dep
 
 
 @pytest.mark.parametrize("name", OURS)
@@ -60,7 +70,7 @@ def test_our_names_resolve_to_nothing_or_to_us(registry: None, name: str, tmp_pa
     with zipfile.ZipFile(wheel) as z:
         meta = email.parser.Parser().parsestr(z.read(next(n for n in z.namelist()
                                                             if n.endswith(".dist-info/METADATA"))).decode())
-    assert meta["Summary"] == SUMMARY, f"{name} on the registry is someone else's: {meta['Summary']!r}"
+    assert meta["Summary"] == SUMMARIES[name], f"{name} on the registry is someone else's: {meta['Summary']!r}"
 
 
 def test_the_other_memoryguard_beside_ours_shadows_nothing(registry: None, tmp_path: Path) -> None:
@@ -70,7 +80,7 @@ def test_the_other_memoryguard_beside_ours_shadows_nothing(registry: None, tmp_p
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     if out.returncode != 0:
         pytest.skip(f"the other project could not be installed: {out.stderr[-300:]}")
-    out = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile", str(ROOT)],
+    out = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile", str(ROOT / "core")],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     # Theirs is found where it was installed (not imported: it needs its own

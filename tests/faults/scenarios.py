@@ -22,10 +22,12 @@ from typing import Any
 
 import kmock
 
-from ..emulator.api import ApiError
-from ..emulator.referee import PHASE, Referee
-from ..emulator.sidecar_faults import Mode
-from ..emulator.world import World, world
+from memoryguard_kuberay.devkit.emulator.api import ApiError
+from memoryguard_kuberay.devkit.emulator.referee import PHASE, Referee
+from memoryguard_kuberay.devkit.emulator.sidecar_faults import Mode
+from memoryguard_kuberay.devkit.emulator.world import World
+
+from ..devworld import world
 from ..operator.conftest import HEALTHY, by_worker_index, guard, leaking_pods, start_cluster
 
 LIVED_S = 20000.0  # leak_steady OOMs at 28,905 s; the policy acts about 2 h before

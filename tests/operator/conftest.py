@@ -7,10 +7,9 @@ from collections.abc import Collection
 from typing import Any
 
 from memoryguard_kuberay.core import commands
+from memoryguard_kuberay.devkit.emulator.world import SIDECAR_PORT
 
-from ..emulator.world import SIDECAR_PORT
-
-TRACES = commands.EXAMPLES_DIR
+TRACES = commands.examples_dir()
 LEAK = TRACES / "leak_steady.csv"  # OOM at 28,905 s on the trace clock
 HEALTHY = [TRACES / "healthy_gc_sawtooth.csv", TRACES / "healthy_batch_spikes.csv",
            TRACES / "healthy_model_warmup.csv"]

@@ -10,7 +10,7 @@ import pytest
 
 from memoryguard_kuberay.operator.patches import SIDECAR_NAME
 
-from ..emulator.world import world
+from ..devworld import world
 from .conftest import by_worker_index, guard, raycluster
 
 pytestmark = pytest.mark.e2e
@@ -55,7 +55,7 @@ async def test_inject_then_delete_guard_removes_it(tmp_path: Path) -> None:
 async def test_plateau_gets_jemalloc_in_auto_mode(tmp_path: Path) -> None:
     from memoryguard_kuberay.core import commands
 
-    frag = commands.EXAMPLES_DIR / "fragmentation_flattens.csv"
+    frag = commands.examples_dir() / "fragmentation_flattens.csv"
     async with world(tmp_path, lambda pod: frag) as w:
         w.api.put("rayclusters", raycluster(workers=1))
         w.api.put("memoryguards", guard(remediation={"jemalloc": {"mode": "auto"}}))

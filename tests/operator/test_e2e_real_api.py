@@ -27,7 +27,7 @@ import pytest
 
 from memoryguard_kuberay.operator.patches import SIDECAR_NAME
 
-from ..emulator.world import world
+from ..devworld import world
 from .conftest import by_worker_index, guard, leaking_pods, start_cluster
 
 pytestmark = pytest.mark.e2e

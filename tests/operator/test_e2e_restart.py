@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ..emulator.api import ApiError
-from ..emulator.world import world
+from memoryguard_kuberay.devkit.emulator.api import ApiError
+
+from ..devworld import world
 from .conftest import by_worker_index, guard, leaking_pods, start_cluster
 
 pytestmark = pytest.mark.e2e

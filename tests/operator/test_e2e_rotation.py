@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ..emulator.world import world
+from ..devworld import world
 from .conftest import by_worker_index, guard, leaking_pods, start_cluster
 
 pytestmark = pytest.mark.e2e

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ..emulator.world import world
+from ..devworld import world
 from .conftest import by_worker_index, guard, start_cluster
 
 pytestmark = pytest.mark.e2e

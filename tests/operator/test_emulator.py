@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import kmock
 
-from ..emulator.api import EmulatedApi, Kind
+from memoryguard_kuberay.devkit.emulator.api import EmulatedApi, Kind
 
 PODS = "/api/v1/namespaces/ns/pods"
 

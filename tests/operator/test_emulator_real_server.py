@@ -15,9 +15,11 @@ import kmock
 import pytest
 import yaml
 
-from ..emulator import schema
-from ..emulator.api import EmulatedApi
-from ..emulator.world import ROOT, load_crds
+from memoryguard_kuberay.devkit.emulator import schema
+from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
+from memoryguard_kuberay.devkit.emulator.world import load_crds
+
+from ..devworld import ROOT, kuberay_file
 
 PODS = "/api/v1/namespaces/ns/pods"
 PDBS = "/apis/policy/v1/namespaces/ns/poddisruptionbudgets"
@@ -29,7 +31,7 @@ READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[EmulatedApi, aiohttp.ClientSession]]:
     api = EmulatedApi()
-    load_crds(api)
+    load_crds(api, kuberay_file("ray.io_rayclusters.yaml"))
     async with api, kmock.Server(api, host="127.0.0.1") as server, aiohttp.ClientSession(
             f"http://127.0.0.1:{server.port}") as s:
         yield api, s

@@ -12,11 +12,10 @@ import jsonschema
 import pytest
 import yaml
 
+from memoryguard_kuberay.devkit.emulator.patching import json_patch
+from memoryguard_kuberay.devkit.emulator.schema import to_json_schema
 from memoryguard_kuberay.operator import patches
 from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection, Spilling
-
-from ..emulator.patching import json_patch
-from ..emulator.schema import to_json_schema
 
 KUBERAY = Path(__file__).resolve().parents[3] / "shared" / "kuberay"
 SAMPLES = ["ray-cluster.sample.yaml", "ray-cluster.complete.yaml", "ray-cluster.autoscaler.yaml"]
@@ -94,7 +93,7 @@ def test_inject_keeps_every_sample_valid_and_removal_restores_it(name: str,
 
 
 def test_a_stale_patch_is_refused() -> None:
-    from ..emulator.patching import PatchError
+    from memoryguard_kuberay.devkit.emulator.patching import PatchError
 
     rc = _load("ray-cluster.sample.yaml")
     ops = patches.remediation_patch(rc, "workergroup", {"A": "b"}, record="x")

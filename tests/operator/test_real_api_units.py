@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
+from memoryguard_kuberay.devkit.emulator import disruption, schema
 from memoryguard_kuberay.operator import budgets, crd
 from memoryguard_kuberay.operator import status as st
-
-from ..emulator import disruption, schema
 
 OWNER = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": "u", "controller": True}]
 

@@ -10,8 +10,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_operations_doc_lists_every_operator_variable() -> None:
-    config = (ROOT / "operator" / "config.py").read_text()
-    main = (ROOT / "operator" / "main.py").read_text()
+    config = (ROOT / "operator" / "src" / "memoryguard_kuberay" / "operator" / "config.py").read_text()
+    main = (ROOT / "operator" / "src" / "memoryguard_kuberay" / "operator" / "main.py").read_text()
     names = {"MEMORYGUARD_" + n for n in re.findall(r'\bget\("([A-Z][A-Z_]*)", ', config)}
     names |= set(re.findall(r"MEMORYGUARD_[A-Z_]+", main))
     assert {"MEMORYGUARD_DRAIN_RPC_TIMEOUT_SECONDS", "MEMORYGUARD_LOG_LEVEL"} <= names  # the reading works

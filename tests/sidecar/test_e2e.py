@@ -59,7 +59,7 @@ def test_only_get_and_bounded_requests(fixtures: Path) -> None:
 
 
 def test_replay_serves_a_trace_on_its_own_clock_and_exits_on_sigterm(tmp_path: Path) -> None:
-    trace = commands.EXAMPLES_DIR / "leak_steady.csv"
+    trace = commands.examples_dir() / "leak_steady.csv"
     port = free_port("127.0.0.23")
     epoch = time.time()
     proc = subprocess.Popen([str(VENV_BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"127.0.0.23:{port}",

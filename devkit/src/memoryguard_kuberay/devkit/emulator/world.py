@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import sys
 import time
 import urllib.request
@@ -25,21 +26,30 @@ from .api import EmulatedApi
 from .kuberay import KubeRayStandIn
 from .sidecar_faults import SidecarProxy
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared"
 BIN = Path(sys.executable).parent
 SIDECAR_PORT = 19108
 
 
-def load_crds(api: EmulatedApi) -> None:
-    rc_crd = SHARED / "kuberay" / "ray.io_rayclusters.yaml"
-    if rc_crd.exists():
-        api.add_crd(yaml.safe_load(rc_crd.read_text()))
-    else:  # outside this workspace: the same kind without a schema
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def load_crds(api: EmulatedApi, kuberay_crd: Path | None = None) -> None:
+    """The MemoryGuard CRD (made by the operator's own generator) and the
+    RayCluster kind: with KubeRay's CRD file when given (its schema is then
+    enforced, as on a real server), else the same kind without a schema
+    (KubeRay's files are not shipped with MemoryGuard)."""
+    from memoryguard_kuberay.operator import crd
+
+    if kuberay_crd is not None:
+        api.add_crd(yaml.safe_load(kuberay_crd.read_text()))
+    else:
         from .api import Kind
 
         api.add_kind(Kind("ray.io", "v1", "rayclusters", "RayCluster", status_subresource=True))
-    api.add_crd(yaml.safe_load((ROOT / "crds" / "memoryguard.io_memoryguards.yaml").read_text()))
+    api.add_crd(crd.crd())
 
 
 class SidecarProcess:
@@ -117,8 +127,6 @@ class World:
         return sc
 
     async def start_operator(self, *, extra_env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
-        from ..procs import free_port
-
         self.metrics_port = free_port("127.0.0.1")
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "MEMORYGUARD_TIME_SCALE": str(self.speed),
                "MEMORYGUARD_EPOCH": str(self.epoch), "MEMORYGUARD_METRICS_HOST": "127.0.0.1",
@@ -171,9 +179,10 @@ class World:
 
 @contextlib.asynccontextmanager
 async def world(workdir: Path, trace_for: Callable[[dict[str, Any]], Any], *, speed: float = 600.0,
-                replace_delay_s: float | None = 0.3, proxied: bool = False) -> AsyncIterator[World]:
+                replace_delay_s: float | None = 0.3, proxied: bool = False,
+                kuberay_crd: Path | None = None) -> AsyncIterator[World]:
     api = EmulatedApi()
-    load_crds(api)
+    load_crds(api, kuberay_crd)
     api.put("namespaces", {"metadata": {"name": "default"}})
     async with api, kmock.Server(api, host="127.0.0.1") as server:
         url = f"http://127.0.0.1:{server.port}"

@@ -108,7 +108,7 @@ Fault = Callable[[kmock.Request], "ApiError | float | None"]
 # An observer sees (plural, event type, object) for every change; event
 # type "EVICTING" comes before an evicted pod is deleted.
 Observer = Callable[[str, str, dict[str, Any]], None]
-_DROP = (-1, "DROP", {})
+_DROP: tuple[int, str, dict[str, Any]] = (-1, "DROP", {})
 
 
 def now_iso(ahead_s: float = 0.0) -> str:
@@ -170,12 +170,12 @@ class EmulatedApi(kmock.KubernetesScaffold):
         return [copy.deepcopy(o) for (g, p, ns, _), o in sorted(self.store.items())
                 if p == plural and (namespace is None or ns == namespace)]
 
-    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:  # type: ignore[override]
         k = self.kind_of(plural)
         o = self.store.get((k.group, plural, namespace if k.namespaced else "", name))
         return copy.deepcopy(o) if o is not None else None
 
-    def put(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+    def put(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
         """Create or replace an object directly (as a controller would)."""
         k = self.kind_of(plural)
         meta = obj.setdefault("metadata", {})
@@ -314,9 +314,10 @@ class EmulatedApi(kmock.KubernetesScaffold):
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         res = request.resource
-        if res is None or (res.group, res.version, res.plural) not in self.kinds:
+        gvr = (str(res.group or ""), str(res.version or ""), str(res.plural or "")) if res is not None else None
+        if gvr is None or gvr not in self.kinds:
             return await super()._handle(request)
-        k = self.kinds[(res.group, res.version, res.plural)]
+        k = self.kinds[gvr]
         try:
             for fault in list(self.faults):
                 err = fault(request)
@@ -404,7 +405,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
                         new.pop("status")
             new.setdefault("metadata", {})["name"] = name
             if self._dry_run(request, None):
-                return new
+                return dict(new)
             result = self._write(k, key, new, old, "MODIFIED", pruned, strict)
             meta = result["metadata"]
             if meta.get("deletionTimestamp") and not meta.get("finalizers"):

@@ -38,20 +38,20 @@ def label_matcher(selector: str | None) -> Callable[[Mapping[str, str]], bool]:
         if m:
             key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
             if op == "in":
-                checks.append(lambda lb, k=key, vs=values: lb.get(k) in vs)
+                checks.append(lambda lb, k=key, vs=values: lb.get(k) in vs)  # type: ignore[misc]
             else:
-                checks.append(lambda lb, k=key, vs=values: lb.get(k) not in vs)
+                checks.append(lambda lb, k=key, vs=values: lb.get(k) not in vs)  # type: ignore[misc]
         elif "!=" in term:
             k, v = (x.strip() for x in term.split("!=", 1))
-            checks.append(lambda lb, k=k, v=v: lb.get(k) != v)
+            checks.append(lambda lb, k=k, v=v: lb.get(k) != v)  # type: ignore[misc]
         elif "=" in term:
             k, v = (x.strip() for x in term.replace("==", "=").split("=", 1))
-            checks.append(lambda lb, k=k, v=v: lb.get(k) == v)
+            checks.append(lambda lb, k=k, v=v: lb.get(k) == v)  # type: ignore[misc]
         elif term.startswith("!"):
             absent = term[1:].strip()
-            checks.append(lambda lb, k=absent: k not in lb)
+            checks.append(lambda lb, k=absent: k not in lb)  # type: ignore[misc]
         elif re.fullmatch(r"[A-Za-z0-9./_-]+", term):
-            checks.append(lambda lb, k=term: k in lb)
+            checks.append(lambda lb, k=term: k in lb)  # type: ignore[misc]
         else:
             raise ValueError(f"unable to parse requirement: {term!r}")
     return lambda labels: all(c(labels) for c in checks)
@@ -90,4 +90,4 @@ def field_matcher(selector: str | None) -> Callable[[Mapping[str, Any]], bool]:
             return "" if cur is None else str(cur)
 
         checks.append(lambda o, g=get, v=value, n=neg: (g(o) != v) if n else (g(o) == v))
-    return lambda obj: all(c(obj) for c in checks)
+    return lambda obj: all(c(obj) for c in checks)  # type: ignore[no-untyped-call]

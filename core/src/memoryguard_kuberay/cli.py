@@ -33,14 +33,14 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("gen-traces", help="write synthetic traces and labels.json")
     g.add_argument("out_dir", metavar="DIR")
     g.add_argument("--random", type=int, metavar="N", help="N pods from wide random ranges (default: the examples)")
-    g.add_argument("--seed", type=int, default=7)
+    g.add_argument("--seed", type=int, default=7)  # commands.EXAMPLES_SEED: the examples
 
     # Listed for --help; their own parsers take their arguments (see main).
     sub.add_parser("sidecar", help="run the sidecar (reads the Ray container's memory, serves samples)")
     sub.add_parser("record", help="record a sidecar's samples into a trace CSV")
     sub.add_parser("operator", help="run the operator")
     sub.add_parser("uninstall", help="delete every MemoryGuard and wait for the operator to clean up (helm hook)")
-    sub.add_parser("demo", help="the whole system on an emulated cluster, accelerated (from a source checkout)")
+    sub.add_parser("demo", help="the whole system on an emulated cluster, accelerated (the [demo] extra)")
     return p
 
 
@@ -94,17 +94,14 @@ def _passthrough(command: str, rest: list[str]) -> int:
 
 
 def _demo(rest: list[str]) -> int:
-    """The demo drives the test emulator (tests/emulator), so it runs from a
-    source checkout (``make demo``), not from an installed wheel."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    if not (root / "tests" / "emulator" / "demo.py").exists():
-        print("memoryguard-kuberay demo runs from a source checkout of MemoryGuard: `make demo` there", file=sys.stderr)
+    """The demo drives the devkit (an emulated API and a KubeRay stand-in),
+    which comes with the ``[demo]`` extra."""
+    try:
+        from memoryguard_kuberay.devkit import demo
+    except ImportError as exc:
+        print(f"memoryguard-kuberay demo needs the devkit: pip install 'memoryguard-kuberay[demo]' ({exc})",
+              file=sys.stderr)
         return 2
-    sys.path.insert(0, str(root))
-    from tests.emulator import demo
-
     return int(demo.main(rest))
 
 
@@ -112,7 +109,7 @@ def _bench(args: argparse.Namespace) -> int:
     from memoryguard_kuberay import policy_cost
     from memoryguard_kuberay.core import commands
 
-    directory = args.directory or str(commands.EXAMPLES_DIR)
+    directory = args.directory or str(commands.examples_dir())
     result = commands.bench(directory, labels_path=args.labels, guard=args.guard, as_json=args.json)
     if not args.no_cost:
         cost = policy_cost.measure(commands.load_traces([directory]), commands.load_guard_settings(args.guard))

@@ -23,9 +23,8 @@ from memoryguard_kuberay.core import commands
 from memoryguard_kuberay.core.plot import save_grid
 from memoryguard_kuberay.core.traces import read_labels, read_trace
 
-from .world import SIDECAR_PORT, World, world
+from .emulator.world import SIDECAR_PORT, World, world
 
-TRACES = commands.EXAMPLES_DIR
 # Worker n of the cluster replays CAST[n % len(CAST)]; replacements are healthy.
 CAST = ["leak_steady", "plasma_never_released", "healthy_gc_sawtooth", "healthy_batch_spikes",
         "fragmentation_flattens", "leak_after_hours", "healthy_model_warmup", "healthy_cache_fill"]
@@ -48,7 +47,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 class Demo:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.labels = read_labels(TRACES / "labels.json")
+        self.labels = read_labels(commands.examples_dir() / "labels.json")
         self.assigned: dict[str, str] = {}  # pod name -> trace name
         self.log: list[str] = []
         self.seen_events: set[str] = set()
@@ -61,7 +60,7 @@ class Demo:
             n = sum(1 for p in self.assigned if "-head-" not in p)
             trace = CAST[n % len(CAST)] if n < self.args.workers else REPLACEMENT
         self.assigned[name] = trace
-        return TRACES / f"{trace}.csv"
+        return commands.examples_dir() / f"{trace}.csv"
 
     def end_of_story(self) -> float:
         """Trace seconds after which every leak's fate is known."""
@@ -168,7 +167,7 @@ class Demo:
             sc = w.sidecars.get(name)
             if sc is None:
                 continue
-            trace = read_trace(TRACES / f"{self.assigned[name]}.csv")
+            trace = read_trace(commands.examples_dir() / f"{self.assigned[name]}.csv")
             offset = sc.start_clock - w.epoch
             end = (w.clock(evicted[name]) if name in evicted else w.clock()) - sc.start_clock
             rows = [s for s in trace.samples if s.time_s <= end]

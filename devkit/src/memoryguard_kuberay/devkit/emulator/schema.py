@@ -165,10 +165,10 @@ def cel_errors(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     for rule in schema.get("x-kubernetes-validations") or []:
         prog = _program(rule["rule"])
         try:
-            ok = prog.evaluate({"self": celpy.json_to_cel(_as_typed(obj, schema))})
+            ok = prog.evaluate({"self": celpy.json_to_cel(_as_typed(obj, schema))})  # type: ignore[attr-defined]
         except Exception as e:  # a rule that errors refuses the write, as on the server
             ok, rule = False, {**rule, "message": f"{rule.get('message', rule['rule'])} ({e})"}
-        if isinstance(ok, celpy.CELEvalError) or not bool(ok):
+        if isinstance(ok, celpy.CELEvalError) or not bool(ok):  # type: ignore[attr-defined]
             shown = "object" if isinstance(obj, dict) else obj
             out.append(f"{path or '<root>'}: Invalid value: \"{shown}\": {rule.get('message') or rule['rule']}")
     if isinstance(obj, dict):

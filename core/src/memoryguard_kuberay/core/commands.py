@@ -4,6 +4,7 @@ stays pure. Wired to argparse in ``memoryguard_kuberay.cli``."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -19,8 +20,21 @@ from memoryguard_kuberay.core.simulate import Replay, replay
 from memoryguard_kuberay.core.tracegen import example_shapes, generate, labels_for, random_shapes
 from memoryguard_kuberay.core.traces import Trace, TraceError, read_labels, read_trace, trace_files, write_trace
 
-# The project's own example traces, made by ``gen-traces`` (see core/tracegen.py).
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples" / "traces"
+EXAMPLES_SEED = 7  # the seed the project's example traces were made with
+
+
+def examples_dir() -> Path:
+    """The project's example traces (made by ``gen-traces``, see tracegen.py):
+    ``examples/traces`` of a source checkout when this runs from one; from an
+    installed wheel, the same traces made once into the user's cache (they
+    are deterministic for the seed, and a test holds the checkout's equal)."""
+    checkout = Path(__file__).resolve().parents[4] / "examples" / "traces"
+    if (checkout / "labels.json").is_file():
+        return checkout
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memoryguard-kuberay" / "examples"
+    if not (cache / "labels.json").is_file():
+        gen_traces(str(cache), random_n=None, seed=EXAMPLES_SEED, progress=io.StringIO())
+    return cache
 
 
 class UsageError(Exception):
@@ -50,9 +64,9 @@ def load_guard_settings(path: str | None) -> PolicySettings:
 
 
 def load_traces(paths: Sequence[str]) -> list[Trace]:
-    files = trace_files(paths or [str(EXAMPLES_DIR)])
+    files = trace_files(paths or [str(examples_dir())])
     if not files:
-        raise UsageError(f"no .csv traces in {', '.join(paths) or EXAMPLES_DIR}")
+        raise UsageError(f"no .csv traces in {', '.join(paths) or examples_dir()}")
     try:
         return [read_trace(p) for p in files]
     except TraceError as exc:

@@ -81,7 +81,7 @@ def budget_status(pdb: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now
         if "maxUnavailable" in spec:
             desired = max(0, expected - _count(spec["maxUnavailable"], expected, round_up=True))
         else:
-            desired = _count(min_available, expected, round_up=True)
+            desired = _count(str(min_available), expected, round_up=True)
     else:
         expected = len(mine)
         desired = int(min_available) if min_available is not None else 0
