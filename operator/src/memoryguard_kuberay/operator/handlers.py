@@ -21,6 +21,13 @@ from memoryguard_kuberay.operator.metrics import OperatorMetrics
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 _shared: dict[str, guarding.Shared] = {}  # set once at startup; kopf's memo is per object
+# On a guard's deletion kopf sets the daemon's ``stopped``; the loop sees it
+# between steps and returns. kopf waits STOP_WAIT_S for that (its
+# instant_exit_timeout, set at startup) and cancels the daemon only after the
+# backoff: cutting an API request in half makes the server log "context
+# canceled" and kopf "escalate". A step longer than that (a poll with a 60 s
+# timeout) is cut.
+STOP_WAIT_S = 30.0
 
 
 def shared() -> guarding.Shared:
@@ -41,6 +48,10 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = cfg.watch_timeout_s + 30
     settings.networking.request_timeout = cfg.api_timeout_s
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
+    # A deleted guard's loop finishes the step it is in; kopf waits for that,
+    # then removes the finalizer at once. Without this wait kopf would sleep
+    # the whole cancellation_backoff before removing it (seen: a guard hung).
+    settings.background.instant_exit_timeout = STOP_WAIT_S
     metrics = OperatorMetrics()
     if cfg.metrics_port:
         from prometheus_client import start_http_server
@@ -65,11 +76,7 @@ async def cleanup(**_: Any) -> None:
         await s.kube.close()
 
 
-# On a guard's deletion kopf sets ``stopped``; the loop sees it between
-# steps and returns. The backoff is the time kopf waits for that before it
-# cancels the daemon (which would cut an API request in half and make kopf
-# "escalate"): longer than the longest cycle (a poll timeout is at most 60 s).
-@kopf.daemon(crd.GROUP, crd.VERSION, crd.PLURAL, cancellation_backoff=75.0, cancellation_timeout=10.0)
+@kopf.daemon(crd.GROUP, crd.VERSION, crd.PLURAL, cancellation_backoff=STOP_WAIT_S, cancellation_timeout=10.0)
 async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | None, name: str | None,
                 **_: Any) -> None:
     """Each MemoryGuard's loop: one cycle per sampling interval until stopped."""

@@ -55,6 +55,7 @@ class Poll:
     # Whether the sidecar reads the pod's memory at all: False when it says
     # its source is "none" (it found no cgroup and no process to read).
     blind: bool = False
+    newest_too_old_s: float | None = None  # the newest sample skipped as older than the window
 
 
 async def poll(session: aiohttp.ClientSession, ip: str, port: int, since: float | None, *, timeout_s: float,
@@ -82,7 +83,11 @@ async def poll(session: aiohttp.ClientSession, ip: str, port: int, since: float 
             break
         since = last.samples[-1].time_s
     error = last.error if not samples else (f"{rejected} sample(s) rejected" if rejected else None)
-    return Poll(tuple(samples), error, time.monotonic() - t0, last.source, rejected, last.more, last.blind)
+    if not samples and last.newest_too_old_s is not None and oldest_s is not None:
+        error = (f"samples are stale: the newest is {now() - last.newest_too_old_s:.0f} s old, older than the "
+                 "policy's window (is the sidecar's clock behind?)")
+    return Poll(tuple(samples), error, time.monotonic() - t0, last.source, rejected, last.more, last.blind,
+                last.newest_too_old_s)
 
 
 async def _one(session: aiohttp.ClientSession, ip: str, port: int, since: float | None, *, timeout_s: float,
@@ -147,9 +152,11 @@ def parse(body: bytes, *, latency_s: float, now_s: float, pod_uid: str | None = 
                         "samples dropped", latency_s)
     out: list[Sample] = []
     rejected = 0
+    too_old: float | None = None
     for raw in raw_samples:
         t = _time_of(raw) if isinstance(raw, dict) else None
         if t is not None and oldest_s is not None and t < oldest_s:
+            too_old = t if too_old is None else max(too_old, t)
             continue  # older than the policy can use: skipped before it is parsed
         # A sample from beyond the operator's now is from a clock that is off:
         # taking it would make every later sample look out of order.
@@ -164,4 +171,4 @@ def parse(body: bytes, *, latency_s: float, now_s: float, pod_uid: str | None = 
     src = doc.get("source")
     source = src[:80] if isinstance(src, str) else None
     return Poll(tuple(out), None if not rejected else f"{rejected} sample(s) rejected", latency_s, source, rejected,
-                more=doc.get("more") is True, blind=source == "none")
+                more=doc.get("more") is True, blind=source == "none", newest_too_old_s=too_old)

@@ -44,11 +44,17 @@ def pod_status(v: PodView) -> dict[str, Any]:
         "slopeBytesPerHour": None if ev.slope_bytes_per_h is None else round(ev.slope_bytes_per_h),
         "projectedOOMSeconds": None if ev.projected_oom_s is None else round(ev.projected_oom_s),
         "objectStorePercent": None if ev.store_fraction is None else round(ev.store_fraction * 100, 1),
-        "verdict": "SidecarUnreachable" if v.sidecar_error and v.decision.reason in (
-            Reason.NO_SAMPLES, Reason.SAMPLES_STALE) else "NoMemorySource" if v.blind else v.decision.reason.value,
+        "verdict": _verdict(v),
         "lastDecision": v.decision.message,
         **({"sidecarError": v.sidecar_error} if v.sidecar_error else {}),
     }
+
+
+def _verdict(v: PodView) -> str:
+    if v.sidecar_error and v.decision.reason in (Reason.NO_SAMPLES, Reason.SAMPLES_STALE):
+        # An answer that carried only samples too old to use is stale, not unreachable.
+        return "SamplesStale" if v.sidecar_error.startswith("samples are stale") else "SidecarUnreachable"
+    return "NoMemorySource" if v.blind else v.decision.reason.value
 
 
 def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[PodView], spec_error: str | None,
