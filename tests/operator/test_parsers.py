@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from memoryguard_kuberay.core.policy import PodWindow
 from memoryguard_kuberay.core.settings import PolicySettings
-from memoryguard_kuberay.operator import podinfo, rotation, sidecar_client
+from memoryguard_kuberay.operator import ledger, podinfo, sidecar_client
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
                            lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
@@ -59,7 +59,7 @@ def test_pod_info_any_shape(pod: dict) -> None:  # type: ignore[type-arg]
 @given(st.dictionaries(st.sampled_from(["pod", "uid", "cluster", "group", "reason", "requestedAt", "phase",
                                         "evictedAt", "refused", "peers", "lastAttempt"]), json_values))
 def test_in_flight_from_any_status(d: dict) -> None:  # type: ignore[type-arg]
-    r = rotation.InFlight.from_status(d)
+    r = ledger.InFlight.from_status(d)
     assert r is None or isinstance(r.requested_at, float)
 
 
@@ -173,19 +173,14 @@ def test_rotation_marks_of_any_content_adopt_within_budget(marks: list[dict[str,
     of a group, and never a time that is not a number."""
     import math
 
-    from memoryguard_kuberay.operator.clock import Clock
-    from memoryguard_kuberay.operator.guarding import GuardLoop, Shared
-
-    loop = GuardLoop(Shared(kube=None, events=None, drainer=None, http=None, clock=Clock(), metrics=None),  # type: ignore[arg-type]
-                     "default", "leak-guard")
-    loop.settings, loop.inflight = PolicySettings(), {}
+    book = ledger.Ledger()
     pods = [podinfo.pod_info({"metadata": {"name": f"w{i}", "uid": f"u{i}", "annotations": {**m, podinfo.ANN_GUARD: (
         m.get(podinfo.ANN_GUARD) if i % 2 else "leak-guard")}, "labels": {
         podinfo.LABEL_CLUSTER: "rc", podinfo.LABEL_GROUP: "g"}}}) for i, m in enumerate(marks)]
-    loop.adopt_annotated(pods)
-    assert len(loop.inflight) <= PolicySettings().max_unavailable
-    for r in loop.inflight.values():
-        assert r.phase in rotation.PHASES and math.isfinite(r.requested_at)
+    book.adopt(pods, guard="leak-guard", max_unavailable=PolicySettings().max_unavailable, now=1e9)
+    assert len(book.inflight) <= PolicySettings().max_unavailable
+    for r in book.inflight.values():
+        assert r.phase in set(ledger.Phase) and math.isfinite(r.requested_at)
 
 
 def test_desired_replicas_counts_hosts_and_the_head() -> None:
@@ -213,15 +208,15 @@ def test_group_short_counts_missing_and_unready_pods_and_rotations_started_this_
 
     loop = GuardLoop(Shared(kube=None, events=None, drainer=None, http=None, clock=Clock(), metrics=None),  # type: ignore[arg-type]
                      "default", "leak-guard")
-    loop.inflight = {}
+    loop.ledger = ledger.Ledger()
     loop.desired = {("rc", "g"): 4}
     # KubeRay keeps 4; one is missing and one is not ready: 2 available.
     loop.available = {("rc", "g"): ["a", "b"]}
     assert loop.group_short("rc", "g", rotating=0) == 2
     # One of the available pods starts rotating this cycle: it leaves the
     # available ones and counts as rotating, so the group is no shorter.
-    loop.inflight["a"] = rotation.InFlight(pod="a", uid="a", cluster="rc", group="g", reason="", requested_at=0.0,
-                                           phase="draining")
-    assert loop.rotating_in("rc", "g") == 1
+    loop.ledger.inflight["a"] = ledger.InFlight(pod="a", uid="a", cluster="rc", group="g", reason="",
+                                                requested_at=0.0, phase=ledger.Phase.DRAINING)
+    assert loop.ledger.rotating_in("rc", "g") == 1
     assert loop.group_short("rc", "g", rotating=1) == 2
     assert loop.group_short("rc", "other", rotating=0) == 0  # a group the RayCluster does not name

@@ -18,7 +18,6 @@ import dataclasses
 import datetime
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -36,6 +35,7 @@ from memoryguard_kuberay.operator.eventqueue import EventPoster, PendingEvent, p
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec, Mode, SpecError, read_guard_spec
 from memoryguard_kuberay.operator.kube import ApiError, Kube
+from memoryguard_kuberay.operator.ledger import Ledger, OutcomeKind
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.trust import Trust
 
@@ -103,11 +103,12 @@ class GuardLoop:
         self.namespace, self.name = namespace, name
         self.tracks: dict[str, PodTrack] = {}
         self.settings: PolicySettings | None = None
-        self.inflight: dict[str, rotation.InFlight] | None = None  # loaded from status on the first cycle
-        self.recent: list[dict[str, Any]] = []
-        self.total = 0
+        self.ledger: Ledger | None = None  # the rotations, loaded from status on the first cycle
         self.planned: set[str] = set()  # dry run: pods already reported
-        self.remediated: set[tuple[str, str, str]] = set()  # (cluster, group, kind)
+        self.remediated: set[tuple[str, str, str]] = set()  # (cluster, group, kind) patched or recommended
+        # (cluster, group) whose plateau the policy already advised on: it says
+        # so once per group, as simulate says it once per trace.
+        self.advised: set[tuple[str, str]] = set()
         self.invalid_generation: int | None = None
         self.last_status: dict[str, Any] | None = None
         self.last_action: str | None = None
@@ -172,8 +173,8 @@ class GuardLoop:
             # New thresholds, new windows: the sidecars' buffers refill them.
             self.tracks.clear()
             self.settings = spec.policy
-        if self.inflight is None:
-            self.load_rotations(previous)
+        if self.ledger is None:
+            self.ledger = Ledger.from_status(previous)
         try:
             clusters, missing = await self.find_clusters(spec)
             if not spec.policy.dry_run and not stopped():
@@ -190,7 +191,8 @@ class GuardLoop:
             if q.ready and q.phase == "Running" and not q.terminating and not q.rotation_phase:
                 self.available.setdefault((q.cluster, q.group), []).append(q.uid)
         self.desired = {key: n for c in clusters for key, n in desired_replicas(c).items()}
-        self.adopt_annotated(all_pods)
+        self.ledger.adopt(all_pods, guard=self.name, max_unavailable=spec.policy.max_unavailable,
+                          now=self.s.clock.now())
         gcs = {c["metadata"]["name"]: self.gcs_address(c, all_pods) for c in clusters}
         await self.advance_rotations(spec, all_pods, gcs)
         if stopped():
@@ -318,52 +320,15 @@ class GuardLoop:
         return f"{head.ip}:{port}" if port.isdigit() else None
 
     # -- rotations -------------------------------------------------------------------
-    def load_rotations(self, previous: Mapping[str, Any]) -> None:
-        rot = previous.get("rotations") or {}
-        self.inflight = {}
-        for d in rot.get("inFlight") or []:
-            r = rotation.InFlight.from_status(d) if isinstance(d, Mapping) else None
-            if r is not None:
-                self.inflight[r.uid] = r
-        self.recent = [r for r in rot.get("recent") or [] if isinstance(r, dict)][-st.MAX_RECENT:]
-        self.total = int(rot.get("total") or 0)
-
-    def adopt_annotated(self, pods: Sequence[pi.PodInfo]) -> None:
-        """A pod marked by this guard but missing from status: the operator
-        stopped between marking it and writing the status. Resume it."""
-        assert self.inflight is not None and self.settings is not None
-        for p in pods:
-            if p.annotations.get(pi.ANN_GUARD) == self.name and p.rotation_phase and p.uid not in self.inflight:
-                # Marks anyone with pod patch rights could have written: adopt
-                # them only at a known step and within the group's budget, so
-                # annotations alone can never drive more evictions at once.
-                if (p.rotation_phase not in rotation.PHASES
-                        or self.rotating_in(p.cluster, p.group) >= self.settings.max_unavailable):
-                    log.warning("%s/%s: rotation marks on %s (phase %r) not adopted: unknown step or the group "
-                                "is at maxUnavailable", self.namespace, self.name, p.name, p.rotation_phase[:40])
-                    continue
-                try:
-                    at = float(p.annotations.get(pi.ANN_REQUESTED_AT, ""))
-                except ValueError:
-                    at = self.s.clock.now()
-                if not math.isfinite(at):
-                    at = self.s.clock.now()
-                self.inflight[p.uid] = rotation.InFlight(
-                    pod=p.name, uid=p.uid, cluster=p.cluster, group=p.group,
-                    reason=p.annotations.get(pi.ANN_REASON, ""), requested_at=at, phase=p.rotation_phase)
-
     def rotations_status(self) -> dict[str, Any]:
-        last = self.recent[-1] if self.recent else {}
-        return {"total": self.total, "inFlight": [r.to_status() for r in (self.inflight or {}).values()],
-                "recent": self.recent[-st.MAX_RECENT:], "lastPod": last.get("pod"), "lastTime": last.get("finishedAt"),
-                "lastReason": last.get("reason")}
+        return (self.ledger or Ledger()).to_status()
 
     async def advance_rotations(self, spec: GuardSpec, pods: Sequence[pi.PodInfo],
                                 gcs: Mapping[str, str | None]) -> None:
-        assert self.inflight is not None
+        assert self.ledger is not None
         changed = False
         ended: list[tuple[EventReason, str, dict[str, Any]]] = []
-        for uid, rot in list(self.inflight.items()):
+        for uid, rot in list(self.ledger.inflight.items()):
             before = (rot.phase, rot.refused)
             pod = pod_ref(rot.pod, rot.uid)
 
@@ -381,23 +346,19 @@ class GuardLoop:
                 log.warning("%s/%s: rotation of %s stays %s for now: %s", self.namespace, self.name, rot.pod,
                             rot.phase, e)
                 continue
-            if out.message and not (out.done or out.failed):
+            if out.message and not out.ended:
                 log.warning("%s/%s: %s", self.namespace, self.name, out.message)
                 self.s.metrics.evictions_refused.labels(self.namespace, self.name).inc()
             if rot.refused > before[1] and not out.message:
                 self.s.metrics.evictions_refused.labels(self.namespace, self.name).inc()
-            if out.done or out.failed:
-                del self.inflight[uid]
-                self.total += 1 if out.done else 0
-                outcome = "rotated" if out.done else "failed"
-                self.recent.append({"pod": rot.pod, "group": rot.group, "cluster": rot.cluster,
-                                    "reason": rot.reason.split(":", 1)[0], "requestedAt": rot.requested_at,
-                                    "finishedAt": self.s.clock.now(), "outcome": outcome})
-                self.recent = self.recent[-st.MAX_RECENT:]
-                self.s.metrics.rotations.labels(self.namespace, self.name, rot.reason.split(":", 1)[0], outcome).inc()
+            if out.ended:
+                self.ledger.end(uid, out, now=self.s.clock.now())
+                self.s.metrics.rotations.labels(self.namespace, self.name, rot.reason.split(":", 1)[0],
+                                                out.kind.value).inc()
                 if out.eviction_timed_out:
                     self.s.metrics.eviction_timeouts.labels(self.namespace, self.name).inc()
-                ended.append((EventReason.ROTATED if out.done else EventReason.ROTATION_FAILED, out.message, pod))
+                rotated = out.kind is OutcomeKind.ROTATED
+                ended.append((EventReason.ROTATED if rotated else EventReason.ROTATION_FAILED, out.message, pod))
                 changed = True
             elif (rot.phase, rot.refused) != before:
                 changed = True
@@ -411,35 +372,28 @@ class GuardLoop:
             await self.event(reason, message, also=[involved])
 
     def history_for(self, p: pi.PodInfo, now: float) -> RotationHistory:
-        assert self.inflight is not None
-        group_key = (p.cluster, p.group)
-        rots = list(self.inflight.values())
-        in_group = self.rotating_in(p.cluster, p.group)
-        starts = [r.requested_at for r in rots] + [float(r.get("requestedAt") or 0) for r in self.recent
-                                                   if r.get("outcome") == "rotated"]
-        group_starts = [r.requested_at for r in rots if (r.cluster, r.group) == group_key] + [
-            float(r.get("requestedAt") or 0) for r in self.recent if (r.get("cluster"), r.get("group")) == group_key]
+        assert self.ledger is not None
+        in_group = self.ledger.rotating_in(p.cluster, p.group)
+        starts = self.ledger.starts(rotated_only=True)
+        group_starts = self.ledger.starts(group=(p.cluster, p.group))
         return RotationHistory(
-            is_head=p.is_head, pod_rotation_in_flight=p.uid in self.inflight or bool(p.rotation_phase) or p.terminating,
+            is_head=p.is_head,
+            pod_rotation_in_flight=p.uid in self.ledger.inflight or bool(p.rotation_phase) or p.terminating,
             group_in_flight=in_group, group_short=self.group_short(p.cluster, p.group, in_group),
             group_last_rotation_s=max(group_starts) if group_starts else None,
             guard_rotations_last_hour=sum(1 for t in starts if now - t < 3600),
-            remediation_advised=False, user_requested=p.user_requested)
-
-    def rotating_in(self, cluster: str, group: str) -> int:
-        assert self.inflight is not None
-        return sum(1 for r in self.inflight.values() if (r.cluster, r.group) == (cluster, group))
+            remediation_advised=(p.cluster, p.group) in self.advised, user_requested=p.user_requested)
 
     def group_short(self, cluster: str, group: str, rotating: int) -> int:
         """Ready pods the group lacks, its ``rotating`` pods aside: the
         RayCluster's replicas for the group, less its pods that are ready,
         not going and not rotating. 0 when the group is unknown. Only the
         group's own pods are looked at (this runs once per pod per cycle)."""
-        assert self.inflight is not None
+        assert self.ledger is not None
         wanted = self.desired.get((cluster, group))
         if wanted is None:
             return 0
-        available = sum(1 for uid in self.available.get((cluster, group), ()) if uid not in self.inflight)
+        available = sum(1 for uid in self.available.get((cluster, group), ()) if uid not in self.ledger.inflight)
         return max(0, wanted - available - rotating)
 
     # -- sampling and deciding -------------------------------------------------------
@@ -450,7 +404,7 @@ class GuardLoop:
         that want a rotation are rotated once every pod has been heard, most
         urgent first: a group's slots go to the pods nearest their OOM, not
         to the first to answer."""
-        assert self.settings is not None and self.inflight is not None
+        assert self.settings is not None and self.ledger is not None
         settings = self.settings
         live = {p.uid for p in pods}
         for uid in list(self.tracks):
@@ -514,13 +468,14 @@ class GuardLoop:
             if d.action is Action.ROTATE:
                 await self.rotate(spec, p, d)
             elif d.action is Action.REMEDIATE:
+                self.advised.add((p.cluster, p.group))
                 await self.remediate(spec, by_cluster.get(p.cluster), p, d, "jemalloc")
             if d.reason in STORE_REASONS and spec.spilling.mode != Mode.OFF:
                 await self.remediate(spec, by_cluster.get(p.cluster), p, d, "spilling")
         return st.PodView(p.name, p.group, decisions[0], track.error, track.blind)
 
     async def rotate(self, spec: GuardSpec, p: pi.PodInfo, d: Decision) -> None:
-        assert self.inflight is not None
+        assert self.ledger is not None
         reason = f"{d.reason.value}: {d.message}"
         if d.dry_run:
             if p.uid not in self.planned:
@@ -533,7 +488,7 @@ class GuardLoop:
         except ApiError as e:
             log.warning("%s/%s: could not mark %s for rotation: %s", self.namespace, self.name, p.name, e)
             return
-        self.inflight[p.uid] = rot
+        self.ledger.inflight[p.uid] = rot
         await self.write_status({"rotations": self.rotations_status()})
         await self.event(EventReason.ROTATION_STARTED, f"rotating {p.name} (group {p.group}): {reason}",
                          also=[pod_ref(p.name, p.uid)])

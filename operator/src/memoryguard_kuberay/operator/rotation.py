@@ -10,76 +10,25 @@ the Eviction API, whose 429 (a PodDisruptionBudget says not now) means wait.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.drain import Drainer
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.kube import ApiError, Kube
+from memoryguard_kuberay.operator.ledger import InFlight, Outcome, OutcomeKind, Phase
 
 Report = Callable[[EventReason, str], Awaitable[None]]
-PHASES = ("draining", "evicting", "replacing")  # the steps, in order
-
-
-@dataclasses.dataclass
-class InFlight:
-    """One rotation in progress, as kept in ``status.rotations.inFlight``."""
-
-    pod: str
-    uid: str
-    cluster: str
-    group: str
-    reason: str
-    requested_at: float
-    phase: str  # draining | evicting | replacing
-    evicted_at: float | None = None
-    refused: int = 0  # evictions refused so far (429)
-    last_attempt: float | None = None
-    # Pods of the group when the pod went: a replacement is a ready pod not among them.
-    peers: tuple[str, ...] = ()
-    evicting_since: float | None = None  # when the first eviction was asked (the deadline counts from it)
-    last_refusal: str = ""  # what the server said when it last refused (names the PDB when known)
-
-    def to_status(self) -> dict[str, Any]:
-        return {"pod": self.pod, "uid": self.uid, "cluster": self.cluster, "group": self.group,
-                "reason": self.reason, "requestedAt": self.requested_at, "phase": self.phase,
-                "evictedAt": self.evicted_at, "refused": self.refused, "lastAttempt": self.last_attempt,
-                "peers": list(self.peers), "evictingSince": self.evicting_since, "lastRefusal": self.last_refusal}
-
-    @classmethod
-    def from_status(cls, d: Mapping[str, Any]) -> InFlight | None:
-        if d.get("phase") not in PHASES:
-            return None
-        try:
-            return cls(pod=str(d["pod"]), uid=str(d["uid"]), cluster=str(d["cluster"]), group=str(d["group"]),
-                       reason=str(d.get("reason", "")), requested_at=float(d["requestedAt"]),
-                       phase=str(d["phase"]), evicted_at=None if d.get("evictedAt") is None else float(d["evictedAt"]),
-                       refused=int(d.get("refused") or 0),
-                       last_attempt=None if d.get("lastAttempt") is None else float(d["lastAttempt"]),
-                       peers=tuple(str(u) for u in d.get("peers") or []),
-                       evicting_since=None if d.get("evictingSince") is None else float(d["evictingSince"]),
-                       last_refusal=str(d.get("lastRefusal") or "")[:512])
-        except (KeyError, TypeError, ValueError):
-            return None
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    done: bool = False
-    failed: bool = False
-    message: str = ""
-    eviction_timed_out: bool = False  # failed because evictions were refused past the deadline
 
 
 async def start(kube: Kube, pod: pi.PodInfo, *, guard: str, reason: str, now: float) -> InFlight:
     """Step 1: mark the pod (so a restarted operator knows) and record it."""
     await kube.patch_pod_annotations(pod.namespace, pod.name, {
-        pi.ANN_REQUESTED_AT: f"{now:.3f}", pi.ANN_REASON: reason[:256], pi.ANN_PHASE: "draining", pi.ANN_GUARD: guard,
+        pi.ANN_REQUESTED_AT: f"{now:.3f}", pi.ANN_REASON: reason[:256], pi.ANN_PHASE: Phase.DRAINING.value,
+        pi.ANN_GUARD: guard,
     })
     return InFlight(pod=pod.name, uid=pod.uid, cluster=pod.cluster, group=pod.group, reason=reason[:256],
-                    requested_at=now, phase="draining")
+                    requested_at=now, phase=Phase.DRAINING)
 
 
 def backoff_s(refused: int) -> float:
@@ -97,7 +46,7 @@ async def give_up_eviction(rot: InFlight, pod: pi.PodInfo, *, kube: Kube, now: f
     message = (f"{rot.pod} not evicted: refused {rot.refused} time(s) over {waited:.0f} s "
                f"(evictionTimeoutSeconds {eviction_timeout_s:.0f}); last: {why}. "
                "The pod keeps running; its rotation marks are removed")
-    return Outcome(failed=True, eviction_timed_out=True, message=message)
+    return Outcome(OutcomeKind.FAILED, message, eviction_timed_out=True)
 
 
 async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence[pi.PodInfo], gcs_address: str | None,
@@ -107,10 +56,10 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
     pod = next((p for p in pods if p.uid == rot.uid), None)
 
     def gone() -> None:
-        rot.phase, rot.evicted_at = "replacing", now
+        rot.phase, rot.evicted_at = Phase.REPLACING, now
         rot.peers = tuple(p.uid for p in pods if p.cluster == rot.cluster and p.group == rot.group)
 
-    if rot.phase == "draining":
+    if rot.phase is Phase.DRAINING:
         if pod is None or pod.terminating:
             gone()  # gone already (KubeRay, a user, the kubelet)
             return Outcome()
@@ -122,10 +71,11 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
                 await report(EventReason.DRAINED if result.ok else EventReason.DRAIN_FAILED, f"{rot.pod}: {msg}")
         else:
             msg = "no pod IP or GCS address; not drained"
-        await kube.patch_pod_annotations(pod.namespace, pod.name, {pi.ANN_PHASE: "evicting", pi.ANN_DRAIN: msg[:256]})
-        rot.phase = "evicting"
+        await kube.patch_pod_annotations(pod.namespace, pod.name, {pi.ANN_PHASE: Phase.EVICTING.value,
+                                                                   pi.ANN_DRAIN: msg[:256]})
+        rot.phase = Phase.EVICTING
         return Outcome()
-    if rot.phase == "evicting":
+    if rot.phase is Phase.EVICTING:
         if pod is None or pod.terminating:
             gone()
             return Outcome()
@@ -159,9 +109,9 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
     replacement = [p for p in pods if p.cluster == rot.cluster and p.group == rot.group and p.uid != rot.uid
                    and p.uid not in rot.peers and p.ready and p.phase == "Running" and not p.terminating]
     if replacement:
-        return Outcome(done=True, message=f"{rot.pod} rotated ({rot.reason}); {replacement[0].name} is ready")
+        return Outcome(OutcomeKind.ROTATED, f"{rot.pod} rotated ({rot.reason}); {replacement[0].name} is ready")
     if now - evicted > replacement_timeout_s:
-        return Outcome(failed=True, message=f"{rot.pod} was evicted but no replacement in group {rot.group} became "
-                                            f"ready within {replacement_timeout_s:.0f} s")
+        return Outcome(OutcomeKind.FAILED, f"{rot.pod} was evicted but no replacement in group {rot.group} became "
+                                           f"ready within {replacement_timeout_s:.0f} s")
     return Outcome()
 

@@ -8,11 +8,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memoryguard_kuberay.core.policy import Action, Decision, Reason
+from memoryguard_kuberay.operator import ledger
 
 AT_RISK = frozenset({Reason.PROJECTED_OOM, Reason.CRITICAL_USAGE, Reason.MEMORY_PRESSURE, Reason.OOM_KILLED,
                      Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL, Reason.ROTATION_DEFERRED,
                      Reason.ROTATION_IN_PROGRESS})
-MAX_RECENT = 20
+MAX_RECENT = ledger.MAX_RECENT
 BRIEF_MAX = 60  # a printer column's widest text: `kubectl get memoryguards` stays readable
 
 
