@@ -184,7 +184,7 @@ def test_rotation_marks_of_any_content_adopt_within_budget(marks: list[dict[str,
 
 
 def test_desired_replicas_counts_hosts_and_the_head() -> None:
-    from memoryguard_kuberay.operator.guarding import desired_replicas
+    from memoryguard_kuberay.operator.groups import desired_replicas
 
     rc = {"metadata": {"name": "rc"}, "spec": {"workerGroupSpecs": [
         {"groupName": "cpu", "replicas": 3}, {"groupName": "tpu", "replicas": 2, "numOfHosts": 4},
@@ -195,7 +195,7 @@ def test_desired_replicas_counts_hosts_and_the_head() -> None:
 @settings(max_examples=200)
 @given(json_values)
 def test_desired_replicas_of_any_spec(spec: object) -> None:
-    from memoryguard_kuberay.operator.guarding import desired_replicas
+    from memoryguard_kuberay.operator.groups import desired_replicas
 
     out = desired_replicas({"metadata": {"name": "rc"}, "spec": spec if isinstance(spec, dict) else {
         "workerGroupSpecs": spec}})
@@ -203,20 +203,16 @@ def test_desired_replicas_of_any_spec(spec: object) -> None:
 
 
 def test_group_short_counts_missing_and_unready_pods_and_rotations_started_this_cycle() -> None:
-    from memoryguard_kuberay.operator.clock import Clock
-    from memoryguard_kuberay.operator.guarding import GuardLoop, Shared
+    from memoryguard_kuberay.operator.groups import Groups
 
-    loop = GuardLoop(Shared(kube=None, events=None, drainer=None, http=None, clock=Clock(), metrics=None),  # type: ignore[arg-type]
-                     "default", "leak-guard")
-    loop.ledger = ledger.Ledger()
-    loop.desired = {("rc", "g"): 4}
+    book = ledger.Ledger()
     # KubeRay keeps 4; one is missing and one is not ready: 2 available.
-    loop.available = {("rc", "g"): ["a", "b"]}
-    assert loop.group_short("rc", "g", rotating=0) == 2
+    groups = Groups(desired={("rc", "g"): 4}, available={("rc", "g"): ("a", "b")})
+    assert groups.short("rc", "g", rotating=0, inflight=book.inflight) == 2
     # One of the available pods starts rotating this cycle: it leaves the
     # available ones and counts as rotating, so the group is no shorter.
-    loop.ledger.inflight["a"] = ledger.InFlight(pod="a", uid="a", cluster="rc", group="g", reason="",
-                                                requested_at=0.0, phase=ledger.Phase.DRAINING)
-    assert loop.ledger.rotating_in("rc", "g") == 1
-    assert loop.group_short("rc", "g", rotating=1) == 2
-    assert loop.group_short("rc", "other", rotating=0) == 0  # a group the RayCluster does not name
+    book.inflight["a"] = ledger.InFlight(pod="a", uid="a", cluster="rc", group="g", reason="",
+                                         requested_at=0.0, phase=ledger.Phase.DRAINING)
+    assert book.rotating_in("rc", "g") == 1
+    assert groups.short("rc", "g", rotating=1, inflight=book.inflight) == 2
+    assert groups.short("rc", "other", rotating=0, inflight=book.inflight) == 0  # a group the RayCluster does not name

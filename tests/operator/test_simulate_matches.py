@@ -13,7 +13,9 @@ from memoryguard_kuberay.core.policy import Action, Decision, PodWindow
 from memoryguard_kuberay.core.simulate import replay
 from memoryguard_kuberay.core.traces import read_trace
 from memoryguard_kuberay.operator import podinfo
-from memoryguard_kuberay.operator.guarding import GuardLoop, PodTrack, Shared
+from memoryguard_kuberay.operator.clusters import Selected
+from memoryguard_kuberay.operator.groups import Groups
+from memoryguard_kuberay.operator.guarding import Cycle, GuardLoop, PodTrack, Shared
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
 from memoryguard_kuberay.operator.ledger import Ledger
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
@@ -59,10 +61,11 @@ def _operator_decisions(trace_name: str) -> list[tuple[float, str, str]]:
     loop.ledger, loop.settings = Ledger(), spec.policy
     pod = podinfo.pod_info({"metadata": {"name": "w", "uid": "u", "labels": {
         podinfo.LABEL_CLUSTER: "rc", podinfo.LABEL_GROUP: "workers"}},
-        "status": {"phase": "Running", "podIP": "127.0.0.9"}})
+        "status": {"phase": "Running", "podIP": "127.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]}})
     rc = {"metadata": {"name": "rc"}, "spec": {"workerGroupSpecs": [{"groupName": "workers", "replicas": 1,
                                                                       "template": {"spec": {"containers": [{}]}}}]}}
     track = PodTrack(PodWindow(spec.policy), "workers")
+    cycle = Cycle(spec, Selected([rc], [], {}), [pod], [pod], Groups.of([rc], [pod]))
     acted: list[tuple[float, str, str]] = []
     rotate, remediate = loop.rotate, loop.remediate
 
@@ -82,7 +85,7 @@ def _operator_decisions(trace_name: str) -> list[tuple[float, str, str]]:
             if not track.window.add(sample):
                 continue
             clock.t = sample.time_s
-            await loop.decide_one(spec, pod, track, {"rc": rc}, None)
+            await loop.decide_one(cycle, pod, track, None)
             if any(a == Action.ROTATE.value for _, a, _ in acted):
                 break  # the pod would be gone
 

@@ -26,13 +26,14 @@ import aiohttp
 
 from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide, urgency
 from memoryguard_kuberay.core.settings import PolicySettings
-from memoryguard_kuberay.operator import budgets, patches, rotation, sidecar_client
+from memoryguard_kuberay.operator import clusters, remediation, rotation, sidecar_client
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.drain import Drainer
 from memoryguard_kuberay.operator.eventqueue import EventPoster, PendingEvent, pod_ref
 from memoryguard_kuberay.operator.events import EventReason
+from memoryguard_kuberay.operator.groups import Groups
 from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec, Mode, SpecError, read_guard_spec
 from memoryguard_kuberay.operator.kube import ApiError, Kube
 from memoryguard_kuberay.operator.ledger import Ledger, OutcomeKind
@@ -71,30 +72,16 @@ def iso(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def desired_replicas(rc: Mapping[str, Any]) -> dict[tuple[str, str], int]:
-    """(cluster, group) -> how many pods KubeRay keeps: 1 head, and per
-    worker group ``replicas`` held within ``[minReplicas, maxReplicas]``
-    times ``numOfHosts``, 0 when the group is suspended (KubeRay's
-    ``GetWorkerGroupDesiredReplicas``)."""
-    name = str((rc.get("metadata") or {}).get("name", ""))
-    raw_spec = rc.get("spec")
-    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
-    raw_groups = spec.get("workerGroupSpecs")
-    groups: list[Any] = raw_groups if isinstance(raw_groups, list) else []
-    out = {(name, pi.HEAD_GROUP): 1}
-    for g in groups:
-        if not isinstance(g, Mapping) or not isinstance(g.get("groupName"), str):
-            continue
-        try:
-            lo = int(g.get("minReplicas") or 0)
-            hi = int(g["maxReplicas"]) if g.get("maxReplicas") is not None else 2**31 - 1
-            replicas = lo if g.get("replicas") is None else int(g["replicas"])
-            replicas = hi if lo > hi else min(max(replicas, lo), hi)
-            n = 0 if g.get("suspend") is True else replicas * max(1, int(g.get("numOfHosts", 1) or 1))
-        except (TypeError, ValueError):
-            continue
-        out[(name, g["groupName"])] = max(0, n)
-    return out
+@dataclasses.dataclass(frozen=True)
+class Cycle:
+    """What one cycle found, passed as a value to the steps after it; the
+    loop keeps none of it."""
+
+    spec: GuardSpec
+    selected: clusters.Selected
+    pods: list[pi.PodInfo]  # every pod of the selected clusters
+    guarded: list[pi.PodInfo]  # those this guard judges
+    groups: Groups
 
 
 class GuardLoop:
@@ -113,12 +100,7 @@ class GuardLoop:
         self.last_status: dict[str, Any] | None = None
         self.last_action: str | None = None
         self.last_action_brief: str | None = None  # the printer column's text: reason and object, <= 60 chars
-        self.body: Mapping[str, Any] = {}
-        self.contested: dict[str, str] = {}  # RayCluster -> the older guard that has it
-        # (cluster, group) -> uids of its pods that were ready, running and
-        # unmarked when this cycle listed them (group_short counts them).
-        self.available: dict[tuple[str, str], list[str]] = {}
-        self.desired: dict[tuple[str, str], int] = {}  # (cluster, group) -> pods KubeRay keeps
+        self.body: Mapping[str, Any] = {}  # the guard itself: the subject of its Events (the latest seen)
 
     # -- reporting --------------------------------------------------------------
     async def event(self, reason: EventReason, message: str, *, also: Sequence[Mapping[str, Any]] = ()) -> None:
@@ -149,7 +131,7 @@ class GuardLoop:
         ``stopped`` is asked between steps: a guard being deleted starts no
         new step (its finalizer then cleans up)."""
         t0 = time.monotonic()
-        self.body = body
+        self.body = body  # the guard's object, for the Events it is the subject of
         now = self.s.clock.now()
         meta = body.get("metadata") or {}
         generation = meta.get("generation")
@@ -176,156 +158,45 @@ class GuardLoop:
         if self.ledger is None:
             self.ledger = Ledger.from_status(previous)
         try:
-            clusters, missing = await self.find_clusters(spec)
+            selected = await clusters.select(self.s.kube, namespace=self.namespace, guard=body, spec=spec)
             if not spec.policy.dry_run and not stopped():
-                await self.reconcile_clusters(spec, clusters)
-            all_pods = await self.list_pods(clusters)
+                await clusters.set_up(self.s.kube, namespace=self.namespace, guard=body, spec=spec,
+                                      clusters=selected.clusters, report=self.event)
+            all_pods = await clusters.list_pods(self.s.kube, self.namespace, selected.clusters)
         except ApiError as e:
             log.warning("%s/%s: API error, retrying next cycle: %s", self.namespace, self.name, e)
             return spec.sampling.interval_s
         if stopped():
             return 0.0
-        guarded = [p for p in all_pods if self.is_guarded(spec, p)]
-        self.available = {}
-        for q in all_pods:
-            if q.ready and q.phase == "Running" and not q.terminating and not q.rotation_phase:
-                self.available.setdefault((q.cluster, q.group), []).append(q.uid)
-        self.desired = {key: n for c in clusters for key, n in desired_replicas(c).items()}
+        cycle = Cycle(spec, selected, all_pods, [p for p in all_pods if clusters.is_guarded(spec, p)],
+                      Groups.of(selected.clusters, all_pods))
         self.ledger.adopt(all_pods, guard=self.name, max_unavailable=spec.policy.max_unavailable,
                           now=self.s.clock.now())
-        gcs = {c["metadata"]["name"]: self.gcs_address(c, all_pods) for c in clusters}
-        await self.advance_rotations(spec, all_pods, gcs)
+        await self.advance_rotations(cycle)
         if stopped():
             return 0.0
-        views = await self.poll_and_decide(spec, guarded, clusters)
-        self.publish_metrics(views, guarded)
-        status = st.build(generation=generation, clusters=[c["metadata"]["name"] for c in clusters], pods=views,
-                          spec_error=None, missing_clusters=missing, contested=self.contested,
-                          rotations=self.rotations_status(), last_action=self.last_action,
-                          last_action_brief=self.last_action_brief, now_iso=iso(now), previous=previous)
+        views = await self.poll_and_decide(cycle)
+        # The status, computed once from what the cycle found and did.
+        self.publish_metrics(views, cycle.guarded)
+        status = st.build(generation=generation, clusters=[c["metadata"]["name"] for c in selected.clusters],
+                          pods=views, spec_error=None, missing_clusters=selected.missing,
+                          contested=selected.contested, rotations=self.rotations_status(),
+                          last_action=self.last_action, last_action_brief=self.last_action_brief, now_iso=iso(now),
+                          previous=previous)
         await self.write_status(status)
         deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
         self.s.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
         self.s.metrics.cycle_seconds.labels(self.namespace, self.name).observe(time.monotonic() - t0)
         return spec.sampling.interval_s
 
-    # -- clusters and pods --------------------------------------------------------
-    async def find_clusters(self, spec: GuardSpec) -> tuple[list[dict[str, Any]], list[str]]:
-        """The RayClusters this guard selects and may act on, and the named
-        ones that do not exist. A cluster an older guard also selects is left
-        to that guard (``self.contested``): two guards never rotate one
-        cluster's pods with two sets of budgets."""
-        found: dict[str, dict[str, Any]] = {}
-        missing = []
-        for name in spec.selection.cluster_names:
-            try:
-                found[name] = await self.s.kube.get_raycluster(self.namespace, name)
-            except ApiError as e:
-                if e.status != 404:
-                    raise
-                missing.append(name)
-        if spec.selection.cluster_labels:
-            sel = ",".join(f"{k}={v}" for k, v in sorted(spec.selection.cluster_labels.items()))
-            for rc in await self.s.kube.list_rayclusters(self.namespace, sel):
-                found[rc["metadata"]["name"]] = rc
-        self.contested = {}
-        if found:
-            for other in await self.s.kube.list_guards(self.namespace):
-                if not self.older(other):
-                    continue
-                try:
-                    sel_other = read_guard_spec(other.get("spec")).selection
-                except SpecError:
-                    continue  # an invalid guard guards nothing
-                for name, rc in list(found.items()):
-                    labels = (rc.get("metadata") or {}).get("labels") or {}
-                    if name in sel_other.cluster_names or (sel_other.cluster_labels and all(
-                            labels.get(k) == v for k, v in sel_other.cluster_labels.items())):
-                        self.contested[name] = other["metadata"]["name"]
-                        del found[name]
-        return [found[k] for k in sorted(found)], missing
-
-    def older(self, other: Mapping[str, Any]) -> bool:
-        """Whether ``other`` is another live guard created before this one
-        (ties broken by name): the older guard keeps a contested cluster."""
-        mine, theirs = self.body.get("metadata") or {}, other.get("metadata") or {}
-        if theirs.get("uid") == mine.get("uid") or theirs.get("deletionTimestamp"):
-            return False
-        return (str(theirs.get("creationTimestamp", "")), str(theirs.get("name", ""))) < (
-            str(mine.get("creationTimestamp", "")), str(mine.get("name", "")))
-
-    async def reconcile_clusters(self, spec: GuardSpec, clusters: Sequence[dict[str, Any]]) -> None:
-        for rc in clusters:
-            name = rc["metadata"]["name"]
-            if spec.sidecar.inject:
-                ops = patches.inject_patch(rc, spec.sidecar, groups=spec.selection.worker_groups)
-                if ops:
-                    try:
-                        await self.s.kube.json_patch_raycluster(self.namespace, name, ops)
-                        await self.event(EventReason.SIDECAR_INJECTED,
-                                         f"sidecar added to the pod templates of RayCluster {name}; pods get it as "
-                                         "KubeRay creates them", also=[rc])
-                    except ApiError as e:
-                        await self.event(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}", also=[rc])
-            if spec.pdb.enabled:
-                await self.keep_budgets(spec, rc)
-
-    async def keep_budgets(self, spec: GuardSpec, rc: Mapping[str, Any]) -> None:
-        """One PodDisruptionBudget per guarded worker group, read every cycle
-        and written only when it differs (see budgets.py for its shape)."""
-        name = rc["metadata"]["name"]
-        desired = desired_replicas(rc)
-        for group, _, _ in patches.templates(rc, include_head=False):
-            if spec.selection.worker_groups and group not in spec.selection.worker_groups:
-                continue
-            wanted = budgets.wanted_pdb(namespace=self.namespace, cluster=name, group=group,
-                                        desired_pods=desired.get((name, group), 0),
-                                        max_unavailable=spec.pdb.max_unavailable, owner=self.owner_ref())
-            pdb = wanted["metadata"]["name"]
-            current = await self.s.kube.get_pdb(self.namespace, pdb)
-            if current is None:
-                await self.s.kube.create_pdb(self.namespace, wanted)
-            elif not budgets.is_ours(current):
-                log.warning("%s/%s: PodDisruptionBudget %s exists and is not MemoryGuard's; left alone",
-                            self.namespace, self.name, pdb)
-            elif (patch := budgets.pdb_patch(current, wanted)) is not None:
-                await self.s.kube.patch_pdb(self.namespace, pdb, patch)
-
-    def owner_ref(self) -> dict[str, Any]:
-        meta = self.body.get("metadata") or {}
-        return {"apiVersion": self.body.get("apiVersion"), "kind": self.body.get("kind"), "name": meta.get("name"),
-                "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": False}
-
-    async def list_pods(self, clusters: Sequence[dict[str, Any]]) -> list[pi.PodInfo]:
-        if not clusters:
-            return []
-        names = ",".join(c["metadata"]["name"] for c in clusters)
-        selector = f"{pi.LABEL_IS_RAY_NODE}=yes,{pi.LABEL_CLUSTER} in ({names})"
-        pods = await self.s.kube.list_pods(self.namespace, selector)
-        return [pi.pod_info(p) for p in pods]
-
-    @staticmethod
-    def is_guarded(spec: GuardSpec, p: pi.PodInfo) -> bool:
-        if p.is_head:
-            return spec.policy.include_head
-        return not spec.selection.worker_groups or p.group in spec.selection.worker_groups
-
-    @staticmethod
-    def gcs_address(rc: Mapping[str, Any], pods: Sequence[pi.PodInfo]) -> str | None:
-        head = next((p for p in pods if p.is_head and p.cluster == rc["metadata"]["name"] and p.ip), None)
-        if head is None:
-            return None
-        params = ((rc.get("spec") or {}).get("headGroupSpec") or {}).get("rayStartParams") or {}
-        port = str(params.get("port", "6379"))
-        return f"{head.ip}:{port}" if port.isdigit() else None
-
     # -- rotations -------------------------------------------------------------------
     def rotations_status(self) -> dict[str, Any]:
         return (self.ledger or Ledger()).to_status()
 
-    async def advance_rotations(self, spec: GuardSpec, pods: Sequence[pi.PodInfo],
-                                gcs: Mapping[str, str | None]) -> None:
+    async def advance_rotations(self, cycle: Cycle) -> None:
         assert self.ledger is not None
+        spec, pods = cycle.spec, cycle.pods
+        gcs = {c["metadata"]["name"]: clusters.gcs_address(c, pods) for c in cycle.selected.clusters}
         changed = False
         ended: list[tuple[EventReason, str, dict[str, Any]]] = []
         for uid, rot in list(self.ledger.inflight.items()):
@@ -371,7 +242,7 @@ class GuardLoop:
         for reason, message, involved in ended:
             await self.event(reason, message, also=[involved])
 
-    def history_for(self, p: pi.PodInfo, now: float) -> RotationHistory:
+    def history_for(self, p: pi.PodInfo, now: float, groups: Groups) -> RotationHistory:
         assert self.ledger is not None
         in_group = self.ledger.rotating_in(p.cluster, p.group)
         starts = self.ledger.starts(rotated_only=True)
@@ -379,40 +250,27 @@ class GuardLoop:
         return RotationHistory(
             is_head=p.is_head,
             pod_rotation_in_flight=p.uid in self.ledger.inflight or bool(p.rotation_phase) or p.terminating,
-            group_in_flight=in_group, group_short=self.group_short(p.cluster, p.group, in_group),
+            group_in_flight=in_group,
+            group_short=groups.short(p.cluster, p.group, rotating=in_group, inflight=self.ledger.inflight),
             group_last_rotation_s=max(group_starts) if group_starts else None,
             guard_rotations_last_hour=sum(1 for t in starts if now - t < 3600),
             remediation_advised=(p.cluster, p.group) in self.advised, user_requested=p.user_requested)
 
-    def group_short(self, cluster: str, group: str, rotating: int) -> int:
-        """Ready pods the group lacks, its ``rotating`` pods aside: the
-        RayCluster's replicas for the group, less its pods that are ready,
-        not going and not rotating. 0 when the group is unknown. Only the
-        group's own pods are looked at (this runs once per pod per cycle)."""
-        assert self.ledger is not None
-        wanted = self.desired.get((cluster, group))
-        if wanted is None:
-            return 0
-        available = sum(1 for uid in self.available.get((cluster, group), ()) if uid not in self.ledger.inflight)
-        return max(0, wanted - available - rotating)
-
     # -- sampling and deciding -------------------------------------------------------
-    async def poll_and_decide(self, spec: GuardSpec, pods: Sequence[pi.PodInfo],
-                              clusters: Sequence[dict[str, Any]]) -> list[st.PodView]:
+    async def poll_and_decide(self, cycle: Cycle) -> list[st.PodView]:
         """Poll every pod's sidecar concurrently and decide on each as soon as
         its samples are in, so a fresh sample waits for no other pod. Pods
         that want a rotation are rotated once every pod has been heard, most
         urgent first: a group's slots go to the pods nearest their OOM, not
         to the first to answer."""
         assert self.settings is not None and self.ledger is not None
-        settings = self.settings
+        settings, spec, pods = self.settings, cycle.spec, cycle.guarded
         live = {p.uid for p in pods}
         for uid in list(self.tracks):
             if uid not in live:
                 del self.tracks[uid]
         sem = asyncio.Semaphore(POLL_CONCURRENCY)
         wanting: list[tuple[pi.PodInfo, PodTrack]] = []
-        by_cluster = {c["metadata"]["name"]: c for c in clusters}
         views: dict[str, st.PodView] = {}
 
         async def one(p: pi.PodInfo) -> None:
@@ -437,24 +295,24 @@ class GuardLoop:
                     track.blind = res.blind or all(s.memory_current_bytes is None for s in res.samples)
                 for sample in res.samples:
                     track.window.add(sample)
-            views[p.name] = await self.decide_one(spec, p, track, by_cluster, wanting)
+            views[p.name] = await self.decide_one(cycle, p, track, wanting)
 
         await asyncio.gather(*(one(p) for p in pods))
         # One at a time, so each sees the slots the ones before it took; the
         # policy decides again with them (it may now defer, and says why).
         for p, track in sorted(wanting, key=lambda w: urgency(w[1].last_decision)):
-            views[p.name] = await self.decide_one(spec, p, track, by_cluster, None)
+            views[p.name] = await self.decide_one(cycle, p, track, None)
         return [views[k] for k in sorted(views)]
 
-    async def decide_one(self, spec: GuardSpec, p: pi.PodInfo, track: PodTrack,
-                         by_cluster: Mapping[str, dict[str, Any]],
+    async def decide_one(self, cycle: Cycle, p: pi.PodInfo, track: PodTrack,
                          wanting: list[tuple[pi.PodInfo, PodTrack]] | None) -> st.PodView:
         """Decide on one pod and act, except that a rotation is only noted in
         ``wanting`` when given (to be started in order of urgency)."""
         assert self.settings is not None
         now = self.s.clock.now()
         t0 = time.perf_counter()
-        decisions = decide(settings=self.settings, window=track.window, history=self.history_for(p, now), now_s=now)
+        decisions = decide(settings=self.settings, window=track.window, history=self.history_for(p, now, cycle.groups),
+                           now_s=now)
         track.last_decision = decisions[0]
         if wanting is not None:
             self.s.metrics.decision_seconds.labels(self.namespace, self.name).observe(time.perf_counter() - t0)
@@ -464,14 +322,16 @@ class GuardLoop:
             if any(d.action is Action.ROTATE and not d.dry_run for d in decisions):
                 wanting.append((p, track))
                 return st.PodView(p.name, p.group, decisions[0], track.error, track.blind)
+        spec = cycle.spec
+        rc = next((c for c in cycle.selected.clusters if c["metadata"]["name"] == p.cluster), None)
         for d in decisions:
             if d.action is Action.ROTATE:
                 await self.rotate(spec, p, d)
             elif d.action is Action.REMEDIATE:
                 self.advised.add((p.cluster, p.group))
-                await self.remediate(spec, by_cluster.get(p.cluster), p, d, "jemalloc")
+                await self.remediate(spec, rc, p, d, "jemalloc")
             if d.reason in STORE_REASONS and spec.spilling.mode != Mode.OFF:
-                await self.remediate(spec, by_cluster.get(p.cluster), p, d, "spilling")
+                await self.remediate(spec, rc, p, d, "spilling")
         return st.PodView(p.name, p.group, decisions[0], track.error, track.blind)
 
     async def rotate(self, spec: GuardSpec, p: pi.PodInfo, d: Decision) -> None:
@@ -495,37 +355,17 @@ class GuardLoop:
 
     async def remediate(self, spec: GuardSpec, rc: Mapping[str, Any] | None, p: pi.PodInfo, d: Decision,
                         kind: str) -> None:
-        mode = spec.jemalloc.mode if kind == "jemalloc" else spec.spilling.mode
+        """Once per (cluster, group, kind): recommend or patch (remediation.py)."""
         key = (p.cluster, p.group, kind)
-        if mode == Mode.OFF or rc is None or key in self.remediated or p.is_head:
+        if rc is None or key in self.remediated or p.is_head:
             return
         self.remediated.add(key)
-        found = patches._worker_group(rc, p.group)
-        if found is None:
-            return
-        container = (((found[1].get("template") or {}).get("spec") or {}).get("containers") or [{}])[0]
-        preload = next((e.get("value") for e in container.get("env") or [] if e.get("name") == "LD_PRELOAD"), None)
-        env = patches.jemalloc_env(spec.jemalloc, preload) if kind == "jemalloc" else patches.spilling_env(
-            spec.spilling)
-        what = ", ".join(f"{k}={v}" for k, v in env.items())
-        why = f"{p.name}: {d.reason.value}: {d.message}"
-        self.s.metrics.remediations.labels(self.namespace, self.name, kind, mode).inc()
-        if mode == Mode.RECOMMEND or spec.policy.dry_run:
-            await self.event(EventReason.REMEDIATION_RECOMMENDED,
-                             f"group {p.group} of {p.cluster}: set {what} ({why})", also=[rc])
-            return
-        ops = patches.remediation_patch(rc, p.group, env, record=f"{d.reason.value} on {p.name}")
-        if not ops:
-            return
-        try:
-            await self.s.kube.json_patch_raycluster(self.namespace, p.cluster, ops)
-        except ApiError as e:
-            self.remediated.discard(key)
-            await self.event(EventReason.REMEDIATION_FAILED, f"group {p.group} of {p.cluster}: {e}", also=[rc])
-            return
-        await self.event(EventReason.REMEDIATION_APPLIED,
-                         f"group {p.group} of {p.cluster}: set {what} in the pod template ({why}); pods get it as "
-                         "they are replaced", also=[rc])
+        done = await remediation.remediate(self.s.kube, namespace=self.namespace, spec=spec, rc=rc, pod=p,
+                                           decision=d, kind=kind, report=self.event)
+        if done is None:
+            self.remediated.discard(key)  # refused by the API: try again next time
+        elif done:
+            self.s.metrics.remediations.labels(self.namespace, self.name, kind, done).inc()
 
     # -- reporting ---------------------------------------------------------------------
     def publish_metrics(self, views: Sequence[st.PodView], pods: Sequence[pi.PodInfo]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import kopf
 
-from memoryguard_kuberay.operator import budgets, config, crd, guarding, patches
+from memoryguard_kuberay.operator import budgets, clusters, config, crd, guarding, patches
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.drain import NoDrainer, RayGcsDrainer
 from memoryguard_kuberay.operator.eventqueue import EventPoster
@@ -106,8 +106,8 @@ async def removed(spec: kopf.Spec, namespace: str | None, name: str | None, body
         gs = read_guard_spec(spec, sidecar_image=s.sidecar_image)
     except SpecError:
         return
-    clusters, _missing = await loop.find_clusters(gs)
-    for rc in clusters:
+    selected = await clusters.select(s.kube, namespace=ns, guard=body, spec=gs)
+    for rc in selected.clusters:
         if gs.sidecar.inject:
             ops = patches.uninject_patch(rc)
             if ops:

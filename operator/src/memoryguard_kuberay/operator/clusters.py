@@ -1,0 +1,143 @@
+"""The first steps of a guard's cycle, each with explicit inputs and
+outputs: select the RayClusters (``select``), set them up (the sidecar
+injected, the PodDisruptionBudgets kept: ``set_up``), list their pods
+(``list_pods``). The guard loop calls them in that order."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from memoryguard_kuberay.operator import budgets, patches
+from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.events import EventReason
+from memoryguard_kuberay.operator.groups import desired_replicas
+from memoryguard_kuberay.operator.guardspec import GuardSpec, SpecError, read_guard_spec
+from memoryguard_kuberay.operator.kube import ApiError, Kube
+
+log = logging.getLogger("memoryguard_kuberay.operator")
+Report = Callable[..., Awaitable[None]]  # (reason, message, also=[objects]) -> Event
+
+
+@dataclasses.dataclass(frozen=True)
+class Selected:
+    clusters: list[dict[str, Any]]  # the RayClusters this guard acts on, by name
+    missing: list[str]  # named in the spec, not found
+    contested: dict[str, str]  # RayCluster -> the older guard that has it
+
+
+def older(me: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """Whether ``other`` is another live guard created before ``me`` (ties
+    broken by name): the older guard keeps a contested cluster."""
+    mine, theirs = me.get("metadata") or {}, other.get("metadata") or {}
+    if theirs.get("uid") == mine.get("uid") or theirs.get("deletionTimestamp"):
+        return False
+    return (str(theirs.get("creationTimestamp", "")), str(theirs.get("name", ""))) < (
+        str(mine.get("creationTimestamp", "")), str(mine.get("name", "")))
+
+
+async def select(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec) -> Selected:
+    """The RayClusters ``guard`` selects and may act on. A cluster an older
+    guard also selects is left to that guard: two guards never rotate one
+    cluster's pods with two sets of budgets."""
+    found: dict[str, dict[str, Any]] = {}
+    missing = []
+    for name in spec.selection.cluster_names:
+        try:
+            found[name] = await kube.get_raycluster(namespace, name)
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            missing.append(name)
+    if spec.selection.cluster_labels:
+        sel = ",".join(f"{k}={v}" for k, v in sorted(spec.selection.cluster_labels.items()))
+        for rc in await kube.list_rayclusters(namespace, sel):
+            found[rc["metadata"]["name"]] = rc
+    contested: dict[str, str] = {}
+    if found:
+        for other in await kube.list_guards(namespace):
+            if not older(guard, other):
+                continue
+            try:
+                sel_other = read_guard_spec(other.get("spec")).selection
+            except SpecError:
+                continue  # an invalid guard guards nothing
+            for name, rc in list(found.items()):
+                labels = (rc.get("metadata") or {}).get("labels") or {}
+                if name in sel_other.cluster_names or (sel_other.cluster_labels and all(
+                        labels.get(k) == v for k, v in sel_other.cluster_labels.items())):
+                    contested[name] = other["metadata"]["name"]
+                    del found[name]
+    return Selected([found[k] for k in sorted(found)], missing, contested)
+
+
+def owner_ref(guard: Mapping[str, Any]) -> dict[str, Any]:
+    meta = guard.get("metadata") or {}
+    return {"apiVersion": guard.get("apiVersion"), "kind": guard.get("kind"), "name": meta.get("name"),
+            "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": False}
+
+
+async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec,
+                 clusters: Sequence[Mapping[str, Any]], report: Report) -> None:
+    """The sidecar in the pod templates (when injected) and one PDB per
+    guarded worker group (when enabled). Idempotent."""
+    for rc in clusters:
+        name = rc["metadata"]["name"]
+        if spec.sidecar.inject:
+            ops = patches.inject_patch(rc, spec.sidecar, groups=spec.selection.worker_groups)
+            if ops:
+                try:
+                    await kube.json_patch_raycluster(namespace, name, ops)
+                    await report(EventReason.SIDECAR_INJECTED, f"sidecar added to the pod templates of RayCluster "
+                                 f"{name}; pods get it as KubeRay creates them", also=[rc])
+                except ApiError as e:
+                    await report(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}", also=[rc])
+        if spec.pdb.enabled:
+            await keep_budgets(kube, namespace=namespace, guard=guard, spec=spec, rc=rc)
+
+
+async def keep_budgets(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec,
+                       rc: Mapping[str, Any]) -> None:
+    """One PodDisruptionBudget per guarded worker group, read every cycle
+    and written only when it differs (see budgets.py for its shape)."""
+    name = rc["metadata"]["name"]
+    desired = desired_replicas(rc)
+    for group, _, _ in patches.templates(rc, include_head=False):
+        if spec.selection.worker_groups and group not in spec.selection.worker_groups:
+            continue
+        wanted = budgets.wanted_pdb(namespace=namespace, cluster=name, group=group,
+                                    desired_pods=desired.get((name, group), 0),
+                                    max_unavailable=spec.pdb.max_unavailable, owner=owner_ref(guard))
+        pdb = wanted["metadata"]["name"]
+        current = await kube.get_pdb(namespace, pdb)
+        if current is None:
+            await kube.create_pdb(namespace, wanted)
+        elif not budgets.is_ours(current):
+            log.warning("%s: PodDisruptionBudget %s exists and is not MemoryGuard's; left alone", namespace, pdb)
+        elif (patch := budgets.pdb_patch(current, wanted)) is not None:
+            await kube.patch_pdb(namespace, pdb, patch)
+
+
+async def list_pods(kube: Kube, namespace: str, clusters: Sequence[Mapping[str, Any]]) -> list[pi.PodInfo]:
+    if not clusters:
+        return []
+    names = ",".join(c["metadata"]["name"] for c in clusters)
+    selector = f"{pi.LABEL_IS_RAY_NODE}=yes,{pi.LABEL_CLUSTER} in ({names})"
+    return [pi.pod_info(p) for p in await kube.list_pods(namespace, selector)]
+
+
+def is_guarded(spec: GuardSpec, p: pi.PodInfo) -> bool:
+    if p.is_head:
+        return spec.policy.include_head
+    return not spec.selection.worker_groups or p.group in spec.selection.worker_groups
+
+
+def gcs_address(rc: Mapping[str, Any], pods: Sequence[pi.PodInfo]) -> str | None:
+    head = next((p for p in pods if p.is_head and p.cluster == rc["metadata"]["name"] and p.ip), None)
+    if head is None:
+        return None
+    params = ((rc.get("spec") or {}).get("headGroupSpec") or {}).get("rayStartParams") or {}
+    port = str(params.get("port", "6379"))
+    return f"{head.ip}:{port}" if port.isdigit() else None

@@ -1,0 +1,49 @@
+"""Remediation of a worker group: jemalloc (``LD_PRELOAD``, ``MALLOC_CONF``)
+on a plateau, object spilling settings on a filling store. Recommended
+(an Event) or applied (a targeted JSON patch of the group's pod template;
+pods get it as they are replaced), as the guard's spec says."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from memoryguard_kuberay.core.policy import Decision
+from memoryguard_kuberay.operator import patches
+from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.events import EventReason
+from memoryguard_kuberay.operator.guardspec import GuardSpec, Mode
+from memoryguard_kuberay.operator.kube import ApiError, Kube
+
+Report = Callable[..., Awaitable[None]]  # (reason, message, also=[objects]) -> Event
+
+
+async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[str, Any], pod: pi.PodInfo,
+                    decision: Decision, kind: str, report: Report) -> str | None:
+    """Recommend or apply ``kind`` ("jemalloc" or "spilling") to the pod's
+    group. Returns the mode acted in ("recommend", "auto"), "" when there was
+    nothing to do, None when the API refused the patch."""
+    mode = spec.jemalloc.mode if kind == "jemalloc" else spec.spilling.mode
+    found = patches._worker_group(rc, pod.group)
+    if mode == Mode.OFF or found is None:
+        return ""
+    container = (((found[1].get("template") or {}).get("spec") or {}).get("containers") or [{}])[0]
+    preload = next((e.get("value") for e in container.get("env") or [] if e.get("name") == "LD_PRELOAD"), None)
+    env = patches.jemalloc_env(spec.jemalloc, preload) if kind == "jemalloc" else patches.spilling_env(spec.spilling)
+    what = ", ".join(f"{k}={v}" for k, v in env.items())
+    why = f"{pod.name}: {decision.reason.value}: {decision.message}"
+    where = f"group {pod.group} of {pod.cluster}"
+    if mode == Mode.RECOMMEND or spec.policy.dry_run:
+        await report(EventReason.REMEDIATION_RECOMMENDED, f"{where}: set {what} ({why})", also=[rc])
+        return str(mode)
+    ops = patches.remediation_patch(rc, pod.group, env, record=f"{decision.reason.value} on {pod.name}")
+    if not ops:
+        return ""
+    try:
+        await kube.json_patch_raycluster(namespace, pod.cluster, ops)
+    except ApiError as e:
+        await report(EventReason.REMEDIATION_FAILED, f"{where}: {e}", also=[rc])
+        return None
+    await report(EventReason.REMEDIATION_APPLIED, f"{where}: set {what} in the pod template ({why}); pods get it "
+                 "as they are replaced", also=[rc])
+    return str(mode)
