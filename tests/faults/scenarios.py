@@ -28,7 +28,7 @@ from memoryguard_kuberay.devkit.emulator.sidecar_faults import Mode
 from memoryguard_kuberay.devkit.emulator.world import World
 
 from ..devworld import world
-from ..operator.conftest import HEALTHY, by_worker_index, guard, leaking_pods, start_cluster
+from ..operator.conftest import HEALTHY, by_worker_index, guard, leaking_pods, no_disruption, start_cluster
 
 LIVED_S = 20000.0  # leak_steady OOMs at 28,905 s; the policy acts about 2 h before
 STALE_AFTER_S = 1800.0
@@ -293,9 +293,7 @@ async def pdb_forever(w: World, rng: random.Random) -> None:
     the rotation gives up at its deadline, naming the budget, and leaves no
     marks on the pod."""
     leak = leaking_pod(w)
-    w.api.put("poddisruptionbudgets", {"metadata": {"name": "no-disruption", "namespace": "default"},
-                                       "spec": {"minAvailable": 3, "selector": {"matchLabels": {
-                                           "ray.io/group": "workergroup"}}}})
+    w.api.put("poddisruptionbudgets", no_disruption(3))
     failed = await w.wait_for(lambda: w.events("WorkerRotationFailed"), 60, "the rotation given up")
     assert "no-disruption" in failed[0]["message"], failed[0]["message"]
     assert not w.api.evictions

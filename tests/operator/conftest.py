@@ -51,6 +51,13 @@ def guard(name: str = "leak-guard", cluster: str = "raycluster-kuberay", **spec:
             "metadata": {"name": name, "namespace": "default"}, "spec": copy.deepcopy(base)}
 
 
+def no_disruption(min_available: int, group: str = "workergroup") -> dict[str, Any]:
+    """A user's PodDisruptionBudget keeping ``min_available`` pods of the
+    group: with that many pods, it allows no disruption at all."""
+    return {"metadata": {"name": "no-disruption", "namespace": "default"},
+            "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"ray.io/group": group}}}}
+
+
 async def start_cluster(w: Any, workers: int) -> None:
     """Create the RayCluster and wait until KubeRay's stand-in runs all its
     pods, head included (later status updates would look like changes)."""

@@ -28,7 +28,7 @@ import pytest
 from memoryguard_kuberay.operator.patches import SIDECAR_NAME
 
 from ..devworld import world
-from .conftest import by_worker_index, guard, leaking_pods, start_cluster
+from .conftest import by_worker_index, guard, leaking_pods, no_disruption, start_cluster
 
 pytestmark = pytest.mark.e2e
 PDB = "memoryguard-raycluster-kuberay-workergroup"
@@ -86,9 +86,7 @@ async def test_refused_eviction_gives_up_at_its_deadline_and_delete_leaves_no_ma
     async with world(tmp_path, by_worker_index({0})) as w:
         await start_cluster(w, 2)
         leaking = leaking_pods(w)[0]
-        w.api.put("poddisruptionbudgets", {"metadata": {"name": "no-disruption", "namespace": "default"},
-                                           "spec": {"minAvailable": 2, "selector": {"matchLabels": {
-                                               "ray.io/group": "workergroup"}}}})
+        w.api.put("poddisruptionbudgets", no_disruption(2))
         # 1,800 s of operator clock is 3 s here.
         w.api.put("memoryguards", guard(rotation={"evictionTimeoutSeconds": 1800}))
         await w.start_operator()

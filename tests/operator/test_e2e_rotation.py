@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ..devworld import world
-from .conftest import by_worker_index, guard, leaking_pods, start_cluster
+from .conftest import by_worker_index, guard, leaking_pods, no_disruption, start_cluster
 
 pytestmark = pytest.mark.e2e
 LEAK_OOM_S = 28905  # examples/traces/labels.json: leak_steady
@@ -67,9 +67,7 @@ async def test_pdb_429_delays_never_bypasses(tmp_path: Path) -> None:
         await start_cluster(w, 2)
         leaking = leaking_pods(w)[0]
         # A budget that allows no disruption at all in the group.
-        w.api.put("poddisruptionbudgets", {"metadata": {"name": "no-disruption", "namespace": "default"},
-                                           "spec": {"minAvailable": 2, "selector": {"matchLabels": {
-                                               "ray.io/group": "workergroup"}}}})
+        w.api.put("poddisruptionbudgets", no_disruption(2))
         # A deadline far beyond the test: here the rotation must wait, not give up.
         w.api.put("memoryguards", guard(rotation={"evictionTimeoutSeconds": 86400}))
         await w.start_operator()
