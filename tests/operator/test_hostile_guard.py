@@ -40,9 +40,9 @@ REFUSED = [
     (_spec(remediation={"jemalloc": {"mode": "auto", "libraryPath": "/tmp/evil.so"}}), "not an allowed jemalloc"),
     (_spec(remediation={"spilling": {"directories": ["/etc"]}}), "system directory"),
     (_spec(remediation={"spilling": {"directories": ["/dev/shm/x"]}}), "system directory"),
-    (_spec(remediation={"spilling": {"directories": ["/tmp/../../etc"]}}), "contains '..'"),
-    ({"clusterSelector": {"matchLabels": {"a!": ""}}}, "not a label key or value"),
-    ({"clusterSelector": {"matchLabels": {"app": "x,y"}}}, "not a label key or value"),
+    (_spec(remediation={"spilling": {"directories": ["/tmp/../../etc"]}}), "may not contain '..'"),
+    ({"clusterSelector": {"matchLabels": {"a!": ""}}}, "matchLabels keys must be label keys"),
+    ({"clusterSelector": {"matchLabels": {"app": "x,y"}}}, "must map label keys to label values"),
 ]
 
 

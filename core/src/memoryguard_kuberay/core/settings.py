@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -172,15 +172,34 @@ class PolicySettings:
         return settings
 
     def contradictions(self) -> list[str]:
-        """Rules that span fields (mirrored by CEL rules in the CRD)."""
-        out = []
-        if self.trend_min_span_s > self.trend_window_s:
-            out.append("policy.trendMinSpanSeconds must not exceed policy.trendWindowSeconds")
-        if self.trend_bucket_s * 6 > self.trend_min_span_s:
-            out.append("policy.trendMinSpanSeconds must hold at least 6 trend buckets")
-        if self.hysteresis_fraction >= self.critical_fraction:
-            out.append("policy.hysteresisPercent must be below policy.criticalPercent")
-        return out
+        """Rules that span fields (CROSS_RULES; the CRD has each as CEL)."""
+        return [f"policy.{r.message}" for r in CROSS_RULES if not r.holds(self)]
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossRule:
+    """A rule across ``spec.policy`` fields: CEL on the spec (the CRD), and
+    the same rule on the settings read (the reader)."""
+
+    cel: str
+    message: str
+    holds: Callable[[PolicySettings], bool]
+
+
+CROSS_RULES: tuple[CrossRule, ...] = (
+    CrossRule("!has(self.trendMinSpanSeconds) || !has(self.trendWindowSeconds) || "
+              "self.trendMinSpanSeconds <= self.trendWindowSeconds",
+              "trendMinSpanSeconds must not exceed trendWindowSeconds",
+              lambda s: s.trend_min_span_s <= s.trend_window_s),
+    CrossRule("!has(self.trendBucketSeconds) || !has(self.trendMinSpanSeconds) || "
+              "self.trendBucketSeconds * 6 <= self.trendMinSpanSeconds",
+              "trendMinSpanSeconds must hold at least 6 trend buckets (trendBucketSeconds)",
+              lambda s: s.trend_bucket_s * 6 <= s.trend_min_span_s),
+    CrossRule("!has(self.hysteresisPercent) || !has(self.criticalPercent) || "
+              "self.hysteresisPercent < self.criticalPercent",
+              "hysteresisPercent must be below criticalPercent",
+              lambda s: s.hysteresis_fraction < s.critical_fraction),
+)
 
 
 class SettingsError(ValueError):

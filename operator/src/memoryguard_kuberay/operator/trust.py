@@ -16,16 +16,16 @@ to limits nobody should lift (these tables):
 - ``LD_PRELOAD`` may name only an allowed jemalloc library;
 - spilling directories: absolute, no ``..``, no system directory.
 
-The reserved ports and system directories are also CEL rules in the CRD
-(``crd.py`` reads these tables), so a real API server refuses such a guard
-at admission; the allow-lists are the operator's, so only it can check them.
+The reserved ports and system directories are rules of the spec's table
+(``specfields.py``: CEL in the CRD, so a real API server refuses such a
+guard at admission, and the same check in the reader); the allow-lists are
+the operator's, so only it can check them (``guardspec.py`` calls these).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
 
 # Ports a sidecar must never take in a Ray pod: Ray's own (KubeRay's
 # defaults) and the kubelet's. Port -> who listens there.
@@ -73,22 +73,12 @@ def quantity(text: str) -> float | None:
 
 
 def port_problems(port: int, where: str, trust: Trust | None) -> list[str]:
+    """The installer's limit on the sidecar's port (the reserved ports are
+    a rule of the spec's table, specfields.py)."""
     out = []
-    if port in RESERVED_PORTS:
-        out.append(f"{where}: port {port} is taken in a Ray pod ({RESERVED_PORTS[port]})")
     if trust is not None and trust.policy_port is not None and port != trust.policy_port:
         out.append(f"{where}: port {port} is not the port the chart's NetworkPolicy protects "
                    f"({trust.policy_port}); use it, or install the chart with sidecar.sidecarPort={port}")
-    return out
-
-
-def directory_problems(dirs: Sequence[str], where: str) -> list[str]:
-    out = []
-    for d in dirs:
-        if re.search(PARENT_REGEX, d):
-            out.append(f"{where}: {d!r} contains '..'")
-        elif re.search(SYSTEM_DIR_REGEX, d):
-            out.append(f"{where}: {d!r} is a system directory")
     return out
 
 

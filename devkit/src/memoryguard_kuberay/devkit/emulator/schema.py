@@ -1,6 +1,8 @@
 """Structural-schema handling of a CustomResourceDefinition, as the real
 kube-apiserver applies it on every write (part of the EMULATOR; see
-shared/design/FACTS.md, "A real control plane"). In the server's order:
+shared/design/FACTS.md, "A real control plane"). In the server's order,
+after its JSON decoder has made every integral number an integer (``5.0``
+is stored as ``5``, as k8s.io/apimachinery's util/json does):
 
 1. **prune** fields the schema does not know (not under
    ``x-kubernetes-preserve-unknown-fields``); each pruned path is reported,
@@ -184,6 +186,18 @@ def cel_errors(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
     return out
 
 
+def _as_decoded(value: Any) -> Any:
+    """JSON as the server holds it: its decoder makes an integral number an
+    int64 (``5.0`` is ``5``; k8s.io/apimachinery util/json), others float64."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _as_decoded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_decoded(v) for v in value]
+    return value
+
+
 def check_rules_compile(schema: Any) -> None:
     """Compile every CEL rule (the server does so when the CRD is created)."""
     if isinstance(schema, dict):
@@ -199,7 +213,7 @@ def check_rules_compile(schema: Any) -> None:
 def admit(obj: dict[str, Any], schema: dict[str, Any], *, kind: str) -> tuple[dict[str, Any], list[str]]:
     """The whole write path: (the object as stored, pruned field paths).
     Raises SchemaError with the server's message when it is refused."""
-    obj = copy.deepcopy(obj)
+    obj = _as_decoded(copy.deepcopy(obj))
     pruned = prune(obj, schema)
     apply_defaults(obj, schema)
     problems = openapi_errors(obj, schema) or cel_errors(obj, schema)

@@ -1,0 +1,362 @@
+"""The MemoryGuard spec's operator sections, described once: every field
+with its type, default, bounds, pattern and the words that refuse it, and
+every rule that spans fields, as CEL and as Python. From this table
+``crd.py`` generates the CRD's schema (CEL included), ``guardspec.py``
+reads a spec, and ``settings_table()`` writes the docs' settings table; a
+test holds the three equal. The policy's own fields (``spec.policy``, most
+of ``spec.rotation``, ``includeHead``, ``dryRun``) come from the core's
+``SETTINGS_TABLE`` the same way. Purely computational.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from memoryguard_kuberay.core import settings as core_settings
+from memoryguard_kuberay.operator import trust as tr
+
+
+class Kind(str, enum.Enum):
+    INT = "integer"
+    NUMBER = "number"
+    BOOL = "boolean"
+    STRING = "string"
+    STRINGS = "strings"  # a list of strings
+    LABELS = "labels"  # a map of label keys to label values
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A check of one value: CEL for the CRD, Python for the reader."""
+
+    cel: str
+    message: str
+    holds: Callable[[Any], bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    path: str  # below spec, dotted: "sampling.intervalSeconds"
+    kind: Kind
+    default: Any  # None: no default
+    doc: str
+    unit: str = "-"
+    minimum: float | None = None
+    maximum: float | None = None
+    pattern: str | None = None  # a string, or each string of a list
+    choices: tuple[str, ...] = ()
+    min_items: int | None = None
+    max_items: int | None = None
+    max_length: int | None = None
+    problem: str = ""  # how the reader refuses a value of the wrong shape
+    rules: tuple[Rule, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectRule:
+    """A rule across the fields of one object (``path``: "" for the spec)."""
+
+    path: str
+    cel: str
+    message: str
+    # On the values read (by dotted path) and the policy settings read.
+    holds: Callable[[Mapping[str, Any], core_settings.PolicySettings], bool]
+
+
+class Mode:
+    OFF = "off"
+    RECOMMEND = "recommend"
+    AUTO = "auto"
+    ALL = (OFF, RECOMMEND, AUTO)
+
+
+DEFAULT_JEMALLOC_PATH = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+DEFAULT_MALLOC_CONF = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:1000"
+DEFAULT_SIDECAR_IMAGE = "ghcr.io/memoryguard/memoryguard-sidecar:0.1.0"
+# Values that end up in pod templates are checked against these before any
+# patch: no shell, no newlines, nothing that could smuggle another variable.
+SAFE_PATH = r"^/[A-Za-z0-9._/+-]{1,255}$"
+SAFE_MALLOC_CONF = r"^[a-z_]+:[A-Za-z0-9_.-]+(,[a-z_]+:[A-Za-z0-9_.-]+){0,15}$"
+SAFE_IMAGE = r"^[a-z0-9]([a-z0-9._/:@-]{0,254})$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$"
+# Kubernetes label keys and values: checked before they are joined into a
+# selector string (a key like "a!" would otherwise select everything).
+LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+
+_RESERVED = ", ".join(str(p) for p in sorted(tr.RESERVED_PORTS))
+NOT_RESERVED = Rule(f"!(self in [{_RESERVED}])",
+                    "this port is taken in a Ray pod: not one of " + ", ".join(
+                        f"{p} ({who})" for p, who in sorted(tr.RESERVED_PORTS.items())),
+                    lambda v: v not in tr.RESERVED_PORTS)
+NO_PARENT = Rule(f"!self.matches(r'{tr.PARENT_REGEX}')", "a spilling directory may not contain '..'",
+                 lambda v: not re.search(tr.PARENT_REGEX, v))
+NO_SYSTEM_DIR = Rule(f"!self.matches(r'{tr.SYSTEM_DIR_REGEX}')",
+                     "a spilling directory may not be a system directory (" + ", ".join(
+                         "/" + d for d in tr.SYSTEM_DIRS) + ")",
+                     lambda v: not re.search(tr.SYSTEM_DIR_REGEX, v))
+LABEL_KEYS = Rule(f"self.all(k, k.matches(r'{LABEL_KEY}'))", "matchLabels keys must be label keys ([prefix/]name)",
+                  lambda v: all(isinstance(k, str) and len(k) <= 317 and re.match(LABEL_KEY, k) for k in v))
+_MODE_DOC = "off: nothing; recommend: Event and status only; auto: patch the worker group's pod template"
+
+# Objects that get a default of {} (so their fields' defaults fill in), and
+# their descriptions.
+SECTIONS: dict[str, str] = {
+    "sampling": "How the sidecars are polled.",
+    "remediation": "What to change in the worker groups' pod templates when the policy advises it.",
+    "remediation.jemalloc": "jemalloc for fragmentation (a plateau).",
+    "remediation.spilling": "Object spilling for a filling object store.",
+    "sidecar": "The sidecar the operator injects into the guarded RayClusters' pod templates.",
+}
+SECTION_DOCS: dict[str, str] = {
+    "clusterSelector": "Which RayClusters in this namespace to guard: by name, by label, or both.",
+    "rotation.podDisruptionBudget": "Keep a PodDisruptionBudget per guarded worker group (evictions honour it; "
+                                    "kubelet's own pressure evictions do not). It is written with an integer "
+                                    "minAvailable (the group's desired pods less maxUnavailable), the only form "
+                                    "the disruption controller can compute for RayCluster pods.",
+    "sidecar.resources": "The injected sidecar's resources.",
+}
+
+FIELDS: tuple[Field, ...] = (
+    Field("clusterSelector.names", Kind.STRINGS, None, "RayClusters to guard, by name.", pattern=DNS_LABEL,
+          max_items=100, problem="must be a list of RayCluster names"),
+    Field("clusterSelector.matchLabels", Kind.LABELS, None, "RayClusters to guard, by label.",
+          pattern=LABEL_VALUE, max_items=32, max_length=63, rules=(LABEL_KEYS,),
+          problem="must map label keys to label values"),
+    Field("workerGroups", Kind.STRINGS, None, "Worker groups to guard (empty: all).", pattern=r"^.+$",
+          max_items=100, problem="must be a list of worker group names"),
+    Field("sampling.intervalSeconds", Kind.INT, 15, "How often each pod's sidecar is polled.", "s", 1, 3600),
+    Field("sampling.sidecarPort", Kind.INT, 9108, "The sidecar's port on the pod IP.", "port", 1, 65535,
+          rules=(NOT_RESERVED,)),
+    Field("sampling.timeoutSeconds", Kind.NUMBER, 5, "Timeout of one poll (all its pages).", "s", 0.1, 60),
+    Field("rotation.replacementTimeoutSeconds", Kind.INT, 900,
+          "How long to wait for KubeRay's replacement to be Running and Ready before the rotation is reported as "
+          "failed.", "s", 30, 86400),
+    Field("rotation.evictionTimeoutSeconds", Kind.INT, 600,
+          "How long a rotation may keep asking for an eviction that is refused (429: a PodDisruptionBudget says "
+          "not now) before it is reported as failed, its marks are taken off the pod and its slot is released.",
+          "s", 30, 86400),
+    Field("rotation.podDisruptionBudget.enabled", Kind.BOOL, False, "Keep a PodDisruptionBudget per worker group."),
+    Field("rotation.podDisruptionBudget.maxUnavailable", Kind.INT, 1, "Pods of a group that may be disrupted at "
+          "once (the budget's minAvailable is the group's desired pods less this).", "pods", 1, 100),
+    Field("remediation.jemalloc.mode", Kind.STRING, Mode.OFF, f"{_MODE_DOC} (LD_PRELOAD, MALLOC_CONF).",
+          choices=Mode.ALL, problem="must be one of off, recommend, auto"),
+    Field("remediation.jemalloc.libraryPath", Kind.STRING, DEFAULT_JEMALLOC_PATH,
+          "The jemalloc library to LD_PRELOAD (the operator allows only its installer's list).", pattern=SAFE_PATH,
+          problem="must be an absolute path of letters, digits, '.', '_', '-', '+' and '/'"),
+    Field("remediation.jemalloc.mallocConf", Kind.STRING, DEFAULT_MALLOC_CONF, "MALLOC_CONF for jemalloc.",
+          pattern=SAFE_MALLOC_CONF, problem="must look like 'key:value,key:value'"),
+    Field("remediation.spilling.mode", Kind.STRING, Mode.OFF, f"{_MODE_DOC} (RAY_object_spilling_* env).",
+          choices=Mode.ALL, problem="must be one of off, recommend, auto"),
+    Field("remediation.spilling.thresholdPercent", Kind.INT, 80, "Spill when the store is this full.", "percent",
+          1, 100),
+    Field("remediation.spilling.minSpillingSizeBytes", Kind.INT, 100 * 1024 * 1024, "Smallest batch to spill.",
+          "bytes", 0, 2**40),
+    Field("remediation.spilling.directories", Kind.STRINGS, ["/tmp/ray-spill"], "Where to spill.",
+          pattern=SAFE_PATH, min_items=1, max_items=16, rules=(NO_PARENT, NO_SYSTEM_DIR),
+          problem="must be a non-empty list of absolute paths"),
+    Field("sidecar.inject", Kind.BOOL, False, "Add the sidecar to the guarded RayClusters' pod templates.",
+          problem="must be true or false"),
+    Field("sidecar.image", Kind.STRING, None, "Default: the sidecar image the chart was installed with (and only "
+          "images of the repositories the installer allows).", pattern=SAFE_IMAGE, max_length=255,
+          problem="is not a valid image reference"),
+    Field("sidecar.port", Kind.INT, 9108, "The sidecar's port.", "port", 1024, 65535, rules=(NOT_RESERVED,)),
+    Field("sidecar.resources.cpuRequest", Kind.STRING, "10m", "CPU request (at most 1).", "quantity",
+          pattern=QUANTITY, problem="is not a quantity"),
+    Field("sidecar.resources.memoryRequest", Kind.STRING, "32Mi", "Memory request (at most the limit).",
+          "quantity", pattern=QUANTITY, problem="is not a quantity"),
+    Field("sidecar.resources.memoryLimit", Kind.STRING, "64Mi", "Memory limit (at most 512Mi).", "quantity",
+          pattern=QUANTITY, problem="is not a quantity"),
+)
+
+OBJECT_RULES: tuple[ObjectRule, ...] = (
+    ObjectRule("clusterSelector", "(has(self.names) && size(self.names) > 0) || "
+                                  "(has(self.matchLabels) && size(self.matchLabels) > 0)",
+               "clusterSelector needs names or matchLabels",
+               lambda v, p: bool(v.get("clusterSelector.names") or v.get("clusterSelector.matchLabels"))),
+    ObjectRule("", "!has(self.sidecar) || !self.sidecar.inject || !has(self.sampling) || "
+                   "self.sidecar.port == self.sampling.sidecarPort",
+               "sidecar.port and sampling.sidecarPort must agree when the sidecar is injected",
+               lambda v, p: not v.get("sidecar.inject") or v.get("sidecar.port") == v.get("sampling.sidecarPort")),
+    ObjectRule("", "!has(self.sampling) || !has(self.policy) || "
+                   "self.sampling.intervalSeconds < self.policy.staleAfterSeconds",
+               "sampling.intervalSeconds must be shorter than policy.staleAfterSeconds, or every sample would be "
+               "stale",
+               lambda v, p: float(v.get("sampling.intervalSeconds") or 0) < p.stale_after_s),
+)
+
+
+# -- the CRD ------------------------------------------------------------------------
+def _prop(f: Field) -> dict[str, Any]:
+    desc = f"{f.doc} Unit: {f.unit}." if f.unit != "-" else f.doc
+    prop: dict[str, Any]
+    if f.kind is Kind.STRINGS:
+        item: dict[str, Any] = {"type": "string"}
+        if f.pattern:
+            item["pattern"] = f.pattern
+        if f.rules:
+            item["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message} for r in f.rules]
+        prop = {"type": "array", "description": desc, "items": item}
+        for key, val in (("minItems", f.min_items), ("maxItems", f.max_items)):
+            if val is not None:
+                prop[key] = val
+    elif f.kind is Kind.LABELS:
+        value: dict[str, Any] = {"type": "string"}
+        if f.max_length is not None:
+            value["maxLength"] = f.max_length
+        if f.pattern:
+            value["pattern"] = f.pattern
+        prop = {"type": "object", "description": desc, "additionalProperties": value}
+        if f.max_items is not None:
+            prop["maxProperties"] = f.max_items
+        if f.rules:
+            prop["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message} for r in f.rules]
+    else:
+        prop = {"type": f.kind.value, "description": desc}
+        limits: tuple[tuple[str, Any], ...] = (("minimum", f.minimum), ("maximum", f.maximum),
+                                                ("pattern", f.pattern), ("maxLength", f.max_length))
+        for key, val in limits:
+            if val is not None:
+                prop[key] = val
+        if f.choices:
+            prop["enum"] = list(f.choices)
+        if f.rules:
+            prop["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message} for r in f.rules]
+        prop = core_settings.fractional_minimum(prop)
+    if f.default is not None:
+        prop["default"] = f.default
+    return prop
+
+
+def _obj(path: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": {}}
+    doc = SECTIONS.get(path) or SECTION_DOCS.get(path)
+    if doc:
+        out["description"] = doc
+    if path in SECTIONS:
+        out["default"] = {}
+    return out
+
+
+def schema_into(spec: dict[str, Any]) -> None:
+    """Add every field of the table, and the object rules, to the spec's
+    OpenAPI schema (objects created as needed, kept where they exist)."""
+    for f in FIELDS:
+        *parents, name = f.path.split(".")
+        node = spec
+        for i, part in enumerate(parents):
+            node = node["properties"].setdefault(part, _obj(".".join(parents[:i + 1])))
+        node["properties"][name] = _prop(f)
+    for r in OBJECT_RULES:
+        node = spec
+        for part in r.path.split(".") if r.path else []:
+            node = node["properties"][part]
+        node.setdefault("x-kubernetes-validations", []).append({"rule": r.cel, "message": r.message})
+
+
+# -- the reader -------------------------------------------------------------------------
+def _value(f: Field, raw: Any) -> tuple[Any, str | None]:
+    """The value, or the reason it is refused."""
+    k = f.kind
+    if k is Kind.BOOL:
+        return (raw, None) if isinstance(raw, bool) else (None, f.problem or "must be true or false")
+    if k in (Kind.INT, Kind.NUMBER):
+        ok = (not isinstance(raw, bool) and isinstance(raw, (int, float)) and math.isfinite(raw)
+              and abs(raw) <= 2**53 and (k is Kind.NUMBER or float(raw).is_integer()))
+        if not ok:
+            return None, f.problem or f"must be a {'whole ' if k is Kind.INT else ''}number, got {str(raw)[:40]!r}"
+        if (f.minimum is not None and raw < f.minimum) or (f.maximum is not None and raw > f.maximum):
+            return None, f": {raw} is outside [{f.minimum:g}, {f.maximum:g}]"
+        return (int(raw) if k is Kind.INT else float(raw)), None
+    if k is Kind.STRING:
+        ok = isinstance(raw, str) and (not f.pattern or re.match(f.pattern, raw) is not None) and (
+            f.max_length is None or len(raw) <= f.max_length) and (not f.choices or raw in f.choices)
+        return (raw, None) if ok else (None, f.problem or "is not a valid value")
+    if k is Kind.STRINGS:
+        ok = isinstance(raw, list) and all(isinstance(x, str) and (not f.pattern or re.match(f.pattern, x))
+                                           for x in raw)
+        ok = ok and (f.min_items is None or len(raw) >= f.min_items) and (
+            f.max_items is None or len(raw) <= f.max_items)
+        return (tuple(raw), None) if ok else (None, f.problem or "is not a list of valid strings")
+    ok = isinstance(raw, Mapping) and all(isinstance(v, str) and (not f.pattern or re.match(f.pattern, v))
+                                          for v in raw.values())
+    ok = ok and (f.max_items is None or len(raw) <= f.max_items)
+    return (dict(raw), None) if ok else (None, f.problem or "is not a map of label keys to values")
+
+
+def read(spec: Mapping[str, Any], policy: core_settings.PolicySettings) -> tuple[dict[str, Any], list[str]]:
+    """Every field of the table read from ``spec`` (defaults where absent):
+    (values by dotted path, problems in words a person understands). A value
+    refused is replaced by its default, so every problem is found at once.
+    ``policy``: the core's settings read from the same spec, for the rules
+    that span both."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    said: set[str] = set()
+    for f in FIELDS:
+        node: Any = spec
+        parts = f.path.split(".")
+        for i, part in enumerate(parts[:-1]):
+            node = node.get(part) if isinstance(node, Mapping) else None
+            if node is not None and not isinstance(node, Mapping):
+                where = ".".join(parts[:i + 1])
+                if where not in said:
+                    said.add(where)
+                    problems.append(f"spec.{where} must be an object")
+                node = None
+        raw = node.get(parts[-1]) if isinstance(node, Mapping) else None
+        if raw is None:
+            values[f.path] = tuple(f.default) if isinstance(f.default, list) else f.default
+            continue
+        value, problem = _value(f, raw)
+        if problem is None:
+            broken = next((r for r in f.rules if not all(r.holds(x) for x in (
+                value if f.kind is Kind.STRINGS else [value]))), None)
+            if broken is not None:
+                problem = f": {broken.message}"
+        if problem is not None:
+            sep = "" if problem.startswith(":") else " "
+            problems.append(f"spec.{f.path}{sep}{problem}")
+            value = tuple(f.default) if isinstance(f.default, list) else f.default
+        values[f.path] = value
+    for r in OBJECT_RULES:
+        if not r.holds(values, policy):
+            problems.append(f"spec.{r.path + ': ' if r.path else ''}{r.message}" if r.path != "clusterSelector"
+                            else "spec.clusterSelector needs names or matchLabels: a guard must say which "
+                                 "RayClusters it guards")
+    return values, problems
+
+
+# -- the docs -------------------------------------------------------------------------------
+def settings_table() -> str:
+    """The docs' table of every spec field: the core's and the operator's."""
+    rows = ["| spec field | default | unit | meaning |", "|---|---|---|---|"]
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, (list, tuple)):
+            return ", ".join(str(x) for x in v)
+        return "-" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+    for s in core_settings.SETTINGS_TABLE:
+        scale = 100.0 if s.attr in core_settings._PERCENT_ATTRS else 1.0
+        default = s.default if s.kind is bool else core_settings._round(float(s.default) * scale)
+        unit = "percent" if scale != 1 else s.unit or "-"
+        rows.append(f"| `spec.{s.section + '.' if s.section else ''}{s.name}` | {fmt(default)} | {unit} | {s.doc} |")
+    for f in FIELDS:
+        rows.append(f"| `spec.{f.path}` | {fmt(f.default)} | {f.unit} | {f.doc} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(settings_table())

@@ -1,0 +1,118 @@
+"""One description of the spec (issue 14): the CRD's schema (CEL included),
+the reader and the docs' settings table all come from the declarative
+tables (the core's SETTINGS_TABLE and CROSS_RULES, the operator's FIELDS and
+OBJECT_RULES), and these tests hold them equal: for every field, the values
+at and beyond its bounds, or against its pattern and rules, are accepted or
+refused alike by the CRD (through the emulator's real-server admission) and
+by the reader, and the defaults a server fills in are the reader's."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryguard_kuberay.core.settings import SETTINGS_TABLE
+from memoryguard_kuberay.devkit.emulator import schema
+from memoryguard_kuberay.operator import crd, specfields
+from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+OPENAPI = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+BASE: dict[str, Any] = {"clusterSelector": {"names": ["rc"]}}
+
+
+def _with(path: str, value: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = copy.deepcopy(BASE)
+    *parents, name = path.split(".")
+    node = spec
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[name] = value
+    return spec
+
+
+def _crd_accepts(spec: dict[str, Any]) -> bool:
+    try:
+        schema.admit({"apiVersion": "memoryguard.io/v1alpha1", "kind": "MemoryGuard", "metadata": {"name": "g"},
+                      "spec": spec}, OPENAPI, kind="MemoryGuard")
+    except schema.SchemaError:
+        return False
+    return True
+
+
+def _reader_accepts(spec: dict[str, Any]) -> bool:
+    try:
+        read_guard_spec(spec)
+    except SpecError:
+        return False
+    return True
+
+
+def _probes(f: specfields.Field) -> list[Any]:
+    """Values at and beyond a field's bounds, and against its rules."""
+    k = specfields.Kind
+    if f.kind in (k.INT, k.NUMBER):
+        lo, hi = f.minimum or 0, f.maximum or 0
+        step = 1 if f.kind is k.INT else 0.05
+        return [lo, hi, lo - step, hi + step, "7", True, *(p for p in (6379, 10250) if lo <= p <= hi)]
+    if f.kind is k.BOOL:
+        return [True, False, "false", 1]
+    if f.kind is k.STRING:
+        return [*(f.choices or []), "sometimes", "bad value; rm -rf /", "/ok/path", "a:b", "10m", "x" * 300]
+    if f.kind is k.STRINGS:
+        return [["rc"], ["/data/spill"], [], ["Bad_Name"], ["/tmp/../../etc"], ["/etc"], ["relative"], "rc"]
+    return [{"app": "x"}, {"a!": ""}, {"app": "x,y"}, {}]
+
+
+CASES = [(f.path, v) for f in specfields.FIELDS for v in _probes(f)]
+
+
+@pytest.mark.parametrize("path, value", CASES, ids=[f"{p}={str(v)[:20]}" for p, v in CASES])
+def test_the_crd_and_the_reader_agree_on_every_field(path: str, value: Any) -> None:
+    spec = _with(path, value)
+    if path.startswith("sidecar.") and path != "sidecar.inject":
+        spec.setdefault("sidecar", {})["inject"] = False  # trust limits are the operator's, not the schema's
+    if path == "sidecar.port" and isinstance(value, int) and not isinstance(value, bool):
+        spec["sampling"] = {"sidecarPort": value}  # the two must agree when injected
+    assert _crd_accepts(spec) == _reader_accepts(spec), spec
+
+
+@pytest.mark.parametrize("s", SETTINGS_TABLE, ids=[s.name for s in SETTINGS_TABLE])
+def test_the_crd_and_the_reader_agree_on_every_policy_setting(s: Any) -> None:
+    from memoryguard_kuberay.core.settings import _PERCENT_ATTRS
+
+    scale = 100.0 if s.attr in _PERCENT_ATTRS else 1.0
+    where = f"{s.section}.{s.name}" if s.section else s.name
+    values: list[Any] = [True, False, "x"] if s.kind is bool else [
+        v * scale for v in (s.minimum, s.maximum) if v is not None] + [
+        v * scale * f for v in (s.minimum, s.maximum) if v for f in (0.5, 2)] + ["x", 0]
+    for value in values:
+        spec = _with(where, value)
+        assert _crd_accepts(spec) == _reader_accepts(spec), spec
+
+
+def test_the_defaults_a_server_fills_in_are_the_readers() -> None:
+    filled, _ = schema.admit({"apiVersion": "memoryguard.io/v1alpha1", "kind": "MemoryGuard",
+                              "metadata": {"name": "g"}, "spec": dict(BASE)}, OPENAPI, kind="MemoryGuard")
+    assert read_guard_spec(filled["spec"]) == read_guard_spec(copy.deepcopy(BASE))
+    assert filled["spec"]["sampling"] == {"intervalSeconds": 15, "sidecarPort": 9108, "timeoutSeconds": 5}
+
+
+def test_object_rules_are_in_the_crd_and_the_reader() -> None:
+    empty = {"clusterSelector": {}}
+    assert not _crd_accepts(empty) and not _reader_accepts(empty)
+    mismatch = {**BASE, "sidecar": {"inject": True, "port": 9200}, "sampling": {"sidecarPort": 9108}}
+    assert not _crd_accepts(mismatch) and not _reader_accepts(mismatch)
+    few_buckets = {**BASE, "policy": {"trendBucketSeconds": 3600, "trendMinSpanSeconds": 7200}}
+    assert not _crd_accepts(few_buckets) and not _reader_accepts(few_buckets)
+
+
+def test_the_docs_settings_table_is_generated() -> None:
+    doc = (ROOT / "docs" / "how-it-works.md").read_text()
+    start = doc.index("<!-- settings table: generated, do not edit -->\n") + len(
+        "<!-- settings table: generated, do not edit -->\n")
+    end = doc.index("<!-- end of the settings table -->")
+    assert doc[start:end] == specfields.settings_table(), "run: python -m memoryguard_kuberay.operator.specfields"
