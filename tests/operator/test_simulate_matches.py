@@ -15,7 +15,7 @@ from memoryguard_kuberay.core.traces import read_trace
 from memoryguard_kuberay.operator import podinfo
 from memoryguard_kuberay.operator.clusters import Selected
 from memoryguard_kuberay.operator.groups import Groups
-from memoryguard_kuberay.operator.guarding import Cycle, GuardLoop, PodTrack, Shared
+from memoryguard_kuberay.operator.guarding import Cycle, GuardReconciler, OperatorContext, PodState
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
 from memoryguard_kuberay.operator.ledger import Ledger
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
@@ -54,17 +54,17 @@ class Stub:
 
 def _operator_decisions(trace_name: str) -> list[tuple[float, str, str]]:
     clock = SampleClock()
-    shared = Shared(kube=Stub(), events=Stub(), drainer=None, http=None, clock=clock,  # type: ignore[arg-type]
+    shared = OperatorContext(kube=Stub(), events=Stub(), drainer=None, http=None, clock=clock,  # type: ignore[arg-type]
                     metrics=OperatorMetrics())
     spec = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "remediation": {"jemalloc": {"mode": "recommend"}}})
-    loop = GuardLoop(shared, "default", "g")
+    loop = GuardReconciler(shared, "default", "g")
     loop.ledger, loop.settings = Ledger(), spec.policy
     pod = podinfo.pod_info({"metadata": {"name": "w", "uid": "u", "labels": {
         podinfo.LABEL_CLUSTER: "rc", podinfo.LABEL_GROUP: "workers"}},
         "status": {"phase": "Running", "podIP": "127.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]}})
     rc = {"metadata": {"name": "rc"}, "spec": {"workerGroupSpecs": [{"groupName": "workers", "replicas": 1,
                                                                       "template": {"spec": {"containers": [{}]}}}]}}
-    track = PodTrack(PodWindow(spec.policy), "workers")
+    track = PodState(PodWindow(spec.policy), "workers")
     cycle = Cycle(spec, Selected([rc], [], {}), [pod], [pod], Groups.of([rc], [pod]))
     acted: list[tuple[float, str, str]] = []
     rotate, remediate = loop.rotate, loop.remediate

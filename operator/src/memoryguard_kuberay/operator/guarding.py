@@ -7,7 +7,7 @@ validate the spec -> find the RayClusters -> inject the sidecar and ensure
 PodDisruptionBudgets (unless dry run) -> list the pods -> resume rotations in
 flight -> poll sidecars and feed the policy -> decide, rotate, remediate ->
 write the status if it changed. What must survive a restart is on the
-objects (pod annotations, the guard's status); ``GuardLoop`` itself only
+objects (pod annotations, the guard's status); ``GuardReconciler`` itself only
 holds the policy windows, which the sidecars' ring buffers refill.
 """
 
@@ -46,7 +46,7 @@ POLL_CONCURRENCY = 64
 
 
 @dataclasses.dataclass
-class Shared:
+class OperatorContext:
     """What every guard's loop uses, made once at startup."""
 
     kube: Kube
@@ -60,7 +60,7 @@ class Shared:
 
 
 @dataclasses.dataclass
-class PodTrack:
+class PodState:
     window: PodWindow
     group: str
     error: str | None = None
@@ -84,11 +84,11 @@ class Cycle:
     groups: Groups
 
 
-class GuardLoop:
-    def __init__(self, shared: Shared, namespace: str, name: str) -> None:
-        self.s = shared
+class GuardReconciler:
+    def __init__(self, ctx: OperatorContext, namespace: str, name: str) -> None:
+        self.ctx = ctx
         self.namespace, self.name = namespace, name
-        self.tracks: dict[str, PodTrack] = {}
+        self.tracks: dict[str, PodState] = {}
         self.settings: PolicySettings | None = None
         self.ledger: Ledger | None = None  # the rotations, loaded from status on the first cycle
         self.planned: set[str] = set()  # dry run: pods already reported
@@ -113,17 +113,17 @@ class GuardLoop:
         self.last_action_brief = f"{reason.value} {subject}".strip()[:st.BRIEF_MAX]
         log.info("%s/%s %s: %s", self.namespace, self.name, reason.value, message)
         for involved in (self.body, *also):
-            self.s.events.post(PendingEvent(namespace=self.namespace, involved=involved, reason=reason.value,
+            self.ctx.events.post(PendingEvent(namespace=self.namespace, involved=involved, reason=reason.value,
                                             message=message, warning=reason.warning))
 
     # -- the cycle ----------------------------------------------------------------
     async def unmark_pods(self) -> None:
         """Take this guard's rotation marks off every pod that has them (the
         guard is going: nothing may be left half-rotated by it)."""
-        for p in await self.s.kube.list_pods(self.namespace, f"{pi.LABEL_IS_RAY_NODE}=yes"):
+        for p in await self.ctx.kube.list_pods(self.namespace, f"{pi.LABEL_IS_RAY_NODE}=yes"):
             info = pi.pod_info(p)
             if info.annotations.get(pi.ANN_GUARD) == self.name and not info.terminating:
-                await self.s.kube.patch_pod_annotations(self.namespace, info.name,
+                await self.ctx.kube.patch_pod_annotations(self.namespace, info.name,
                                                         dict.fromkeys(pi.ROTATION_ANNOTATIONS))
 
     async def cycle(self, body: Mapping[str, Any], *, stopped: Callable[[], bool] = lambda: False) -> float:
@@ -132,14 +132,14 @@ class GuardLoop:
         new step (its finalizer then cleans up)."""
         t0 = time.monotonic()
         self.body = body  # the guard's object, for the Events it is the subject of
-        now = self.s.clock.now()
+        now = self.ctx.clock.now()
         meta = body.get("metadata") or {}
         generation = meta.get("generation")
         previous = body.get("status") or {}
         if self.last_status is None:
             self.last_status = json.loads(json.dumps(previous))
         try:
-            spec = read_guard_spec(body.get("spec"), sidecar_image=self.s.sidecar_image, trust=self.s.trust)
+            spec = read_guard_spec(body.get("spec"), sidecar_image=self.ctx.sidecar_image, trust=self.ctx.trust)
         except SpecError as e:
             if self.invalid_generation != generation:
                 self.invalid_generation = generation
@@ -148,7 +148,7 @@ class GuardLoop:
                                              missing_clusters=[], rotations=self.rotations_status(),
                                              last_action=self.last_action, last_action_brief=self.last_action_brief,
                                              now_iso=iso(now), previous=previous))
-            self.s.metrics.degraded(self.namespace, self.name, "InvalidSpec")
+            self.ctx.metrics.degraded(self.namespace, self.name, "InvalidSpec")
             return 30.0
         self.invalid_generation = None
         if self.settings != spec.policy:
@@ -158,11 +158,11 @@ class GuardLoop:
         if self.ledger is None:
             self.ledger = Ledger.from_status(previous)
         try:
-            selected = await clusters.select(self.s.kube, namespace=self.namespace, guard=body, spec=spec)
+            selected = await clusters.select(self.ctx.kube, namespace=self.namespace, guard=body, spec=spec)
             if not spec.policy.dry_run and not stopped():
-                await clusters.set_up(self.s.kube, namespace=self.namespace, guard=body, spec=spec,
+                await clusters.set_up(self.ctx.kube, namespace=self.namespace, guard=body, spec=spec,
                                       clusters=selected.clusters, report=self.event)
-            all_pods = await clusters.list_pods(self.s.kube, self.namespace, selected.clusters)
+            all_pods = await clusters.list_pods(self.ctx.kube, self.namespace, selected.clusters)
         except ApiError as e:
             log.warning("%s/%s: API error, retrying next cycle: %s", self.namespace, self.name, e)
             return spec.sampling.interval_s
@@ -171,7 +171,7 @@ class GuardLoop:
         cycle = Cycle(spec, selected, all_pods, [p for p in all_pods if clusters.is_guarded(spec, p)],
                       Groups.of(selected.clusters, all_pods))
         self.ledger.adopt(all_pods, guard=self.name, max_unavailable=spec.policy.max_unavailable,
-                          now=self.s.clock.now())
+                          now=self.ctx.clock.now())
         await self.advance_rotations(cycle)
         if stopped():
             return 0.0
@@ -185,8 +185,8 @@ class GuardLoop:
                           previous=previous)
         await self.write_status(status)
         deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
-        self.s.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
-        self.s.metrics.cycle_seconds.labels(self.namespace, self.name).observe(time.monotonic() - t0)
+        self.ctx.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
+        self.ctx.metrics.cycle_seconds.labels(self.namespace, self.name).observe(time.monotonic() - t0)
         return spec.sampling.interval_s
 
     # -- rotations -------------------------------------------------------------------
@@ -208,9 +208,9 @@ class GuardLoop:
 
             try:
                 out = await rotation.advance(
-                    rot, kube=self.s.kube, drainer=self.s.drainer, pods=pods, gcs_address=gcs.get(rot.cluster),
+                    rot, kube=self.ctx.kube, drainer=self.ctx.drainer, pods=pods, gcs_address=gcs.get(rot.cluster),
                     drain_timeout_s=spec.policy.drain_timeout_s, replacement_timeout_s=spec.replacement_timeout_s,
-                    eviction_timeout_s=spec.eviction_timeout_s, now=self.s.clock.now(), report=report)
+                    eviction_timeout_s=spec.eviction_timeout_s, now=self.ctx.clock.now(), report=report)
             except ApiError as e:
                 # The step is repeated next cycle (each is idempotent); the
                 # other rotations go on.
@@ -219,15 +219,15 @@ class GuardLoop:
                 continue
             if out.message and not out.ended:
                 log.warning("%s/%s: %s", self.namespace, self.name, out.message)
-                self.s.metrics.evictions_refused.labels(self.namespace, self.name).inc()
+                self.ctx.metrics.evictions_refused.labels(self.namespace, self.name).inc()
             if rot.refused > before[1] and not out.message:
-                self.s.metrics.evictions_refused.labels(self.namespace, self.name).inc()
+                self.ctx.metrics.evictions_refused.labels(self.namespace, self.name).inc()
             if out.ended:
-                self.ledger.end(uid, out, now=self.s.clock.now())
-                self.s.metrics.rotations.labels(self.namespace, self.name, rot.reason.split(":", 1)[0],
+                self.ledger.end(uid, out, now=self.ctx.clock.now())
+                self.ctx.metrics.rotations.labels(self.namespace, self.name, rot.reason.split(":", 1)[0],
                                                 out.kind.value).inc()
                 if out.eviction_timed_out:
-                    self.s.metrics.eviction_timeouts.labels(self.namespace, self.name).inc()
+                    self.ctx.metrics.eviction_timeouts.labels(self.namespace, self.name).inc()
                 rotated = out.kind is OutcomeKind.ROTATED
                 ended.append((EventReason.ROTATED if rotated else EventReason.ROTATION_FAILED, out.message, pod))
                 changed = True
@@ -270,13 +270,13 @@ class GuardLoop:
             if uid not in live:
                 del self.tracks[uid]
         sem = asyncio.Semaphore(POLL_CONCURRENCY)
-        wanting: list[tuple[pi.PodInfo, PodTrack]] = []
+        wanting: list[tuple[pi.PodInfo, PodState]] = []
         views: dict[str, st.PodView] = {}
 
         async def one(p: pi.PodInfo) -> None:
             track = self.tracks.get(p.uid)
             if track is None:
-                track = self.tracks[p.uid] = PodTrack(PodWindow(settings), p.group)
+                track = self.tracks[p.uid] = PodState(PodWindow(settings), p.group)
             if not p.ip or p.phase != "Running":
                 track.error = f"pod is {p.phase or 'pending'} without an IP" if not p.ip else None
             else:
@@ -284,12 +284,12 @@ class GuardLoop:
                 async with sem:
                     # Nothing older than the policy's window is asked for or kept.
                     res = await sidecar_client.poll(
-                        self.s.http, p.ip, spec.sampling.sidecar_port, since, timeout_s=spec.sampling.timeout_s,
-                        now=self.s.clock.now, pod_uid=p.uid, require_uid=p.injected_sidecar,
-                        oldest_s=self.s.clock.now() - settings.trend_window_s)
-                self.s.metrics.poll_seconds.labels(self.namespace, self.name).observe(res.latency_s)
+                        self.ctx.http, p.ip, spec.sampling.sidecar_port, since, timeout_s=spec.sampling.timeout_s,
+                        now=self.ctx.clock.now, pod_uid=p.uid, require_uid=p.injected_sidecar,
+                        oldest_s=self.ctx.clock.now() - settings.trend_window_s)
+                self.ctx.metrics.poll_seconds.labels(self.namespace, self.name).observe(res.latency_s)
                 if res.error and not res.samples:
-                    self.s.metrics.poll_errors.labels(self.namespace, self.name).inc()
+                    self.ctx.metrics.poll_errors.labels(self.namespace, self.name).inc()
                 track.error = res.error if not res.samples else None
                 if res.samples or res.blind:
                     track.blind = res.blind or all(s.memory_current_bytes is None for s in res.samples)
@@ -304,21 +304,21 @@ class GuardLoop:
             views[p.name] = await self.decide_one(cycle, p, track, None)
         return [views[k] for k in sorted(views)]
 
-    async def decide_one(self, cycle: Cycle, p: pi.PodInfo, track: PodTrack,
-                         wanting: list[tuple[pi.PodInfo, PodTrack]] | None) -> st.PodView:
+    async def decide_one(self, cycle: Cycle, p: pi.PodInfo, track: PodState,
+                         wanting: list[tuple[pi.PodInfo, PodState]] | None) -> st.PodView:
         """Decide on one pod and act, except that a rotation is only noted in
         ``wanting`` when given (to be started in order of urgency)."""
         assert self.settings is not None
-        now = self.s.clock.now()
+        now = self.ctx.clock.now()
         t0 = time.perf_counter()
         decisions = decide(settings=self.settings, window=track.window, history=self.history_for(p, now, cycle.groups),
                            now_s=now)
         track.last_decision = decisions[0]
         if wanting is not None:
-            self.s.metrics.decision_seconds.labels(self.namespace, self.name).observe(time.perf_counter() - t0)
+            self.ctx.metrics.decision_seconds.labels(self.namespace, self.name).observe(time.perf_counter() - t0)
             if track.window.last is not None:
-                self.s.metrics.sample_to_decision.labels(self.namespace, self.name).observe(
-                    max(0.0, self.s.clock.real_seconds(now - track.window.last.time_s)))
+                self.ctx.metrics.sample_to_decision.labels(self.namespace, self.name).observe(
+                    max(0.0, self.ctx.clock.real_seconds(now - track.window.last.time_s)))
             if any(d.action is Action.ROTATE and not d.dry_run for d in decisions):
                 wanting.append((p, track))
                 return st.PodView(p.name, p.group, decisions[0], track.error, track.blind)
@@ -344,7 +344,7 @@ class GuardLoop:
                                  also=[pod_ref(p.name, p.uid)])
             return
         try:
-            rot = await rotation.start(self.s.kube, p, guard=self.name, reason=reason, now=self.s.clock.now())
+            rot = await rotation.start(self.ctx.kube, p, guard=self.name, reason=reason, now=self.ctx.clock.now())
         except ApiError as e:
             log.warning("%s/%s: could not mark %s for rotation: %s", self.namespace, self.name, p.name, e)
             return
@@ -360,16 +360,16 @@ class GuardLoop:
         if rc is None or key in self.remediated or p.is_head:
             return
         self.remediated.add(key)
-        done = await remediation.remediate(self.s.kube, namespace=self.namespace, spec=spec, rc=rc, pod=p,
+        done = await remediation.remediate(self.ctx.kube, namespace=self.namespace, spec=spec, rc=rc, pod=p,
                                            decision=d, kind=kind, report=self.event)
         if done is None:
             self.remediated.discard(key)  # refused by the API: try again next time
         elif done:
-            self.s.metrics.remediations.labels(self.namespace, self.name, kind, done).inc()
+            self.ctx.metrics.remediations.labels(self.namespace, self.name, kind, done).inc()
 
     # -- reporting ---------------------------------------------------------------------
     def publish_metrics(self, views: Sequence[st.PodView], pods: Sequence[pi.PodInfo]) -> None:
-        m = self.s.metrics
+        m = self.ctx.metrics
         m.pods_guarded.labels(self.namespace, self.name).set(len(pods))
         m.pods_at_risk.labels(self.namespace, self.name).set(
             sum(1 for v in views if v.decision.reason in st.AT_RISK))
@@ -392,7 +392,7 @@ class GuardLoop:
             gone = {k: None for k in self.last_status["pods"] if k not in status["pods"]}
             patch["pods"] = {**gone, **status["pods"]}
         try:
-            await self.s.kube.patch_guard_status(self.namespace, self.name, patch)
+            await self.ctx.kube.patch_guard_status(self.namespace, self.name, patch)
         except ApiError as e:
             log.warning("%s/%s: status not written: %s", self.namespace, self.name, e)
             return

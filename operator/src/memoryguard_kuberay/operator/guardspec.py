@@ -55,14 +55,14 @@ class Sampling:
 
 @dataclasses.dataclass(frozen=True)
 class Jemalloc:
-    mode: str = Mode.OFF
+    mode: Mode = Mode.OFF
     library_path: str = DEFAULT_JEMALLOC_PATH
     malloc_conf: str = DEFAULT_MALLOC_CONF
 
 
 @dataclasses.dataclass(frozen=True)
 class Spilling:
-    mode: str = Mode.OFF
+    mode: Mode = Mode.OFF
     threshold_percent: int = 80
     min_spilling_size_bytes: int = 100 * 1024 * 1024
     directories: tuple[str, ...] = ("/tmp/ray-spill",)
@@ -122,11 +122,12 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
     problems += found
     sampling = Sampling(interval_s=float(v["sampling.intervalSeconds"]), sidecar_port=int(v["sampling.sidecarPort"]),
                         timeout_s=float(v["sampling.timeoutSeconds"]))
-    jemalloc = Jemalloc(mode=v["remediation.jemalloc.mode"], library_path=v["remediation.jemalloc.libraryPath"],
+    jemalloc = Jemalloc(mode=Mode(v["remediation.jemalloc.mode"]),
+                        library_path=v["remediation.jemalloc.libraryPath"],
                         malloc_conf=v["remediation.jemalloc.mallocConf"])
     if jemalloc.mode != Mode.OFF:
         problems += tr.jemalloc_problems(jemalloc.library_path, trust)
-    spilling = Spilling(mode=v["remediation.spilling.mode"],
+    spilling = Spilling(mode=Mode(v["remediation.spilling.mode"]),
                         threshold_percent=v["remediation.spilling.thresholdPercent"],
                         min_spilling_size_bytes=v["remediation.spilling.minSpillingSizeBytes"],
                         directories=tuple(v["remediation.spilling.directories"]))

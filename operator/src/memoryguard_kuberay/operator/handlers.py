@@ -20,8 +20,8 @@ from memoryguard_kuberay.operator.kube import ApiError, Kube, load_credentials
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 
 log = logging.getLogger("memoryguard_kuberay.operator")
-_shared: dict[str, guarding.Shared] = {}  # set once at startup; kopf's memo is per object
-# On a guard's deletion kopf sets the daemon's ``stopped``; the loop sees it
+_context: dict[str, guarding.OperatorContext] = {}  # set once at startup; kopf's memo is per object
+# On a guard's deletion kopf sets the daemon's ``stopped``; the reconciler sees it
 # between steps and returns. kopf waits STOP_WAIT_S for that (its
 # instant_exit_timeout, set at startup) and cancels the daemon only after the
 # backoff: cutting an API request in half makes the server log "context
@@ -30,8 +30,8 @@ _shared: dict[str, guarding.Shared] = {}  # set once at startup; kopf's memo is 
 STOP_WAIT_S = 30.0
 
 
-def shared() -> guarding.Shared:
-    return _shared["shared"]
+def context() -> guarding.OperatorContext:
+    return _context["ctx"]
 
 
 @kopf.on.startup()
@@ -48,7 +48,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = cfg.watch_timeout_s + 30
     settings.networking.request_timeout = cfg.api_timeout_s
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
-    # A deleted guard's loop finishes the step it is in; kopf waits for that,
+    # A deleted guard's reconciler finishes the step it is in; kopf waits for that,
     # then removes the finalizer at once. Without this wait kopf would sleep
     # the whole cancellation_backoff before removing it (seen: a guard hung).
     settings.background.instant_exit_timeout = STOP_WAIT_S
@@ -62,62 +62,63 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     drainer = RayGcsDrainer(rpc_timeout_s=cfg.drain_rpc_timeout_s) if cfg.drain else NoDrainer()
     events = EventPoster(kube)
     events.start()
-    _shared["shared"] = guarding.Shared(kube=kube, events=events, drainer=drainer,
+    _context["ctx"] = guarding.OperatorContext(kube=kube, events=events, drainer=drainer,
                                         http=http, clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics,
                                         sidecar_image=cfg.sidecar_image, trust=cfg.trust)
 
 
 @kopf.on.cleanup()
 async def cleanup(**_: Any) -> None:
-    s = _shared.pop("shared", None)
-    if s is not None:
-        await s.events.close()
-        await s.http.close()
-        await s.kube.close()
+    ctx = _context.pop("ctx", None)
+    if ctx is not None:
+        await ctx.events.close()
+        await ctx.http.close()
+        await ctx.kube.close()
 
 
 @kopf.daemon(crd.GROUP, crd.VERSION, crd.PLURAL, cancellation_backoff=STOP_WAIT_S, cancellation_timeout=10.0)
 async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | None, name: str | None,
                 **_: Any) -> None:
-    """Each MemoryGuard's loop: one cycle per sampling interval until stopped."""
-    s = shared()
-    loop = guarding.GuardLoop(s, namespace or "", name or "")
+    """Each MemoryGuard's reconciler: one cycle per sampling interval until stopped."""
+    ctx = context()
+    reconciler = guarding.GuardReconciler(ctx, namespace or "", name or "")
     while not stopped:
         try:
-            delay = await loop.cycle(body, stopped=lambda: bool(stopped))
+            delay = await reconciler.cycle(body, stopped=lambda: bool(stopped))
         except asyncio.CancelledError:
             raise
         except Exception:  # one bad cycle must not end the guard; the next one retries
             log.exception("%s/%s: cycle failed", namespace, name)
             delay = 15.0
-        await stopped.wait(s.clock.real_seconds(delay))
+        await stopped.wait(ctx.clock.real_seconds(delay))
 
 
 @kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL)
 async def removed(spec: kopf.Spec, namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> None:
     """Finalizer: take back what this guard put into other objects: its
     rotation marks on pods, the sidecar it injected, its PDBs."""
-    s = shared()
+    ctx = context()
     ns = namespace or ""
-    loop = guarding.GuardLoop(s, ns, name or "")
-    loop.body = body
-    await loop.unmark_pods()
+    reconciler = guarding.GuardReconciler(ctx, ns, name or "")
+    reconciler.body = body
+    await reconciler.unmark_pods()
     try:
-        gs = read_guard_spec(spec, sidecar_image=s.sidecar_image)
+        gs = read_guard_spec(spec, sidecar_image=ctx.sidecar_image)
     except SpecError:
         return
-    selected = await clusters.select(s.kube, namespace=ns, guard=body, spec=gs)
+    selected = await clusters.select(ctx.kube, namespace=ns, guard=body, spec=gs)
     for rc in selected.clusters:
         if gs.sidecar.inject:
             ops = patches.uninject_patch(rc)
             if ops:
                 try:
-                    await s.kube.json_patch_raycluster(ns, rc["metadata"]["name"], ops)
-                    await loop.event(EventReason.SIDECAR_REMOVED, f"sidecar removed from RayCluster "
+                    await ctx.kube.json_patch_raycluster(ns, rc["metadata"]["name"], ops)
+                    await reconciler.event(EventReason.SIDECAR_REMOVED, f"sidecar removed from RayCluster "
                                                                  f"{rc['metadata']['name']}", also=[rc])
                 except ApiError as e:
-                    await loop.event(EventReason.SIDECAR_REMOVAL_FAILED, f"{rc['metadata']['name']}: {e}", also=[rc])
+                    await reconciler.event(EventReason.SIDECAR_REMOVAL_FAILED, f"{rc['metadata']['name']}: {e}",
+                                           also=[rc])
                     raise kopf.TemporaryError(str(e), delay=10) from e
         if gs.pdb.enabled:
             for group, _path, _tpl in patches.templates(rc, include_head=False):
-                await s.kube.delete_pdb(ns, budgets.pdb_name(rc["metadata"]["name"], group))
+                await ctx.kube.delete_pdb(ns, budgets.pdb_name(rc["metadata"]["name"], group))

@@ -35,7 +35,7 @@ async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[
     where = f"group {pod.group} of {pod.cluster}"
     if mode == Mode.RECOMMEND or spec.policy.dry_run:
         await report(EventReason.REMEDIATION_RECOMMENDED, f"{where}: set {what} ({why})", also=[rc])
-        return str(mode)
+        return str(mode.value)
     ops = patches.remediation_patch(rc, pod.group, env, record=f"{decision.reason.value} on {pod.name}")
     if not ops:
         return ""
@@ -46,4 +46,4 @@ async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[
         return None
     await report(EventReason.REMEDIATION_APPLIED, f"{where}: set {what} in the pod template ({why}); pods get it "
                  "as they are replaced", also=[rc])
-    return str(mode)
+    return str(mode.value)

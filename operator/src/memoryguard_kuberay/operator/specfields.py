@@ -68,11 +68,15 @@ class ObjectRule:
     holds: Callable[[Mapping[str, Any], core_settings.PolicySettings], bool]
 
 
-class Mode:
+class Mode(str, enum.Enum):
+    """What a remediation does: nothing, an Event, or a patch."""
+
     OFF = "off"
     RECOMMEND = "recommend"
     AUTO = "auto"
-    ALL = (OFF, RECOMMEND, AUTO)
+
+
+MODES = tuple(m.value for m in Mode)
 
 
 DEFAULT_JEMALLOC_PATH = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -146,15 +150,15 @@ FIELDS: tuple[Field, ...] = (
     Field("rotation.podDisruptionBudget.enabled", Kind.BOOL, False, "Keep a PodDisruptionBudget per worker group."),
     Field("rotation.podDisruptionBudget.maxUnavailable", Kind.INT, 1, "Pods of a group that may be disrupted at "
           "once (the budget's minAvailable is the group's desired pods less this).", "pods", 1, 100),
-    Field("remediation.jemalloc.mode", Kind.STRING, Mode.OFF, f"{_MODE_DOC} (LD_PRELOAD, MALLOC_CONF).",
-          choices=Mode.ALL, problem="must be one of off, recommend, auto"),
+    Field("remediation.jemalloc.mode", Kind.STRING, Mode.OFF.value, f"{_MODE_DOC} (LD_PRELOAD, MALLOC_CONF).",
+          choices=MODES, problem="must be one of off, recommend, auto"),
     Field("remediation.jemalloc.libraryPath", Kind.STRING, DEFAULT_JEMALLOC_PATH,
           "The jemalloc library to LD_PRELOAD (the operator allows only its installer's list).", pattern=SAFE_PATH,
           problem="must be an absolute path of letters, digits, '.', '_', '-', '+' and '/'"),
     Field("remediation.jemalloc.mallocConf", Kind.STRING, DEFAULT_MALLOC_CONF, "MALLOC_CONF for jemalloc.",
           pattern=SAFE_MALLOC_CONF, problem="must look like 'key:value,key:value'"),
-    Field("remediation.spilling.mode", Kind.STRING, Mode.OFF, f"{_MODE_DOC} (RAY_object_spilling_* env).",
-          choices=Mode.ALL, problem="must be one of off, recommend, auto"),
+    Field("remediation.spilling.mode", Kind.STRING, Mode.OFF.value, f"{_MODE_DOC} (RAY_object_spilling_* env).",
+          choices=MODES, problem="must be one of off, recommend, auto"),
     Field("remediation.spilling.thresholdPercent", Kind.INT, 80, "Spill when the store is this full.", "percent",
           1, 100),
     Field("remediation.spilling.minSpillingSizeBytes", Kind.INT, 100 * 1024 * 1024, "Smallest batch to spill.",

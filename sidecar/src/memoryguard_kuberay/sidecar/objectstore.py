@@ -44,7 +44,6 @@ class RayMetricsScraper:
         self.last = StoreReading()
         self.last_attempt_s: float | None = None
         self.errors = 0
-        self.scrapes = 0
 
     def due(self, now_s: float) -> bool:
         return self.last_attempt_s is None or now_s - self.last_attempt_s >= self.min_interval_s
@@ -60,7 +59,6 @@ class RayMetricsScraper:
             self.errors += 1
             self.last = StoreReading()
             return self.last
-        self.scrapes += 1
         used, avail, fallback = values.get(USED), values.get(AVAILABLE), values.get(FALLBACK)
         self.last = StoreReading(
             used_bytes=None if used is None else int(used),

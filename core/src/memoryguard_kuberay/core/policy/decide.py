@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from memoryguard_kuberay.core.policy import detectors as d
+from memoryguard_kuberay.core.policy import detectors
 from memoryguard_kuberay.core.policy.types import Action, Decision, Evidence, Reason, RotationHistory
 from memoryguard_kuberay.core.policy.window import PodWindow
 from memoryguard_kuberay.core.settings import PolicySettings
@@ -20,37 +20,38 @@ from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_rate
 
 
 @dataclasses.dataclass(frozen=True)
-class Look:
+class Observation:
     """What one decision looks at: the window, the settings, now, and the
     two trend projections, made once and shared by the rules and the evidence."""
 
     window: PodWindow
     settings: PolicySettings
     now_s: float
-    creep: tuple[d.Verdict, d.Projection | None]
-    filling: tuple[d.Verdict, d.Projection | None]
+    creep: tuple[detectors.Verdict, detectors.Projection | None]
+    filling: tuple[detectors.Verdict, detectors.Projection | None]
 
     @classmethod
-    def at(cls, window: PodWindow, settings: PolicySettings, now_s: float) -> Look:
-        return cls(window, settings, now_s, d.creep(window, settings, now_s), d.store_filling(window, settings, now_s))
+    def at(cls, window: PodWindow, settings: PolicySettings, now_s: float) -> Observation:
+        return cls(window, settings, now_s, detectors.creep(window, settings, now_s),
+                   detectors.store_filling(window, settings, now_s))
 
 
-Detector = Callable[[Look], d.Verdict]
+Detector = Callable[[Observation], detectors.Verdict]
 
 
-def _plain(detector: Callable[[PodWindow, PolicySettings, float], d.Verdict]) -> Detector:
-    def run(look: Look) -> d.Verdict:
-        return detector(look.window, look.settings, look.now_s)
+def _plain(detector: Callable[[PodWindow, PolicySettings, float], detectors.Verdict]) -> Detector:
+    def run(obs: Observation) -> detectors.Verdict:
+        return detector(obs.window, obs.settings, obs.now_s)
     run.__name__ = detector.__name__
     return run
 
 
-def _creep(look: Look) -> d.Verdict:
-    return look.creep[0]
+def _creep(obs: Observation) -> detectors.Verdict:
+    return obs.creep[0]
 
 
-def _store_filling(look: Look) -> d.Verdict:
-    return look.filling[0]
+def _store_filling(obs: Observation) -> detectors.Verdict:
+    return obs.filling[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,30 +62,30 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule(Reason.OOM_KILLED, Action.ROTATE, ((_plain(d.oom_kills),),)),
-    Rule(Reason.CRITICAL_USAGE, Action.ROTATE, ((_plain(d.critical_usage),),)),
-    Rule(Reason.MEMORY_PRESSURE, Action.ROTATE, ((_plain(d.pressure), _plain(d.high_usage)),)),
+    Rule(Reason.OOM_KILLED, Action.ROTATE, ((_plain(detectors.oom_kills),),)),
+    Rule(Reason.CRITICAL_USAGE, Action.ROTATE, ((_plain(detectors.critical_usage),),)),
+    Rule(Reason.MEMORY_PRESSURE, Action.ROTATE, ((_plain(detectors.pressure), _plain(detectors.high_usage)),)),
     Rule(Reason.PROJECTED_OOM, Action.ROTATE, ((_creep,),)),
-    Rule(Reason.OBJECT_STORE_FULL, Action.ROTATE, ((_plain(d.store_full),),)),
+    Rule(Reason.OBJECT_STORE_FULL, Action.ROTATE, ((_plain(detectors.store_full),),)),
     Rule(Reason.OBJECT_STORE_FILLING, Action.ROTATE, ((_store_filling,),)),
-    Rule(Reason.GROWTH_PLATEAU, Action.REMEDIATE, ((_plain(d.plateau),),)),
+    Rule(Reason.GROWTH_PLATEAU, Action.REMEDIATE, ((_plain(detectors.plateau),),)),
 )
 
 
-def _fire(rule: Rule, look: Look) -> list[str] | None:
+def _fire(rule: Rule, obs: Observation) -> list[str] | None:
     for group in rule.groups:
-        verdicts = [det(look) for det in group]
+        verdicts = [det(obs) for det in group]
         if all(v.fired for v in verdicts):
             return [v.note for v in verdicts if v.note]
     return None
 
 
-def evidence_for(look: Look) -> Evidence:
-    window, now_s = look.window, look.now_s
+def evidence_for(obs: Observation) -> Evidence:
+    window, now_s = obs.window, obs.now_s
     last = window.last
     if last is None:
         return Evidence()
-    ws_proj, st_proj = look.creep[1], look.filling[1]
+    ws_proj, st_proj = obs.creep[1], obs.filling[1]
     return Evidence(
         working_set_bytes=last.working_set_bytes,
         limit_bytes=last.memory_max_bytes,
@@ -141,8 +142,8 @@ def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHist
     last = window.last
     if last is None:
         return [Decision(Action.NONE, Reason.NO_SAMPLES, "no samples from the sidecar yet", Evidence())]
-    look = Look.at(window, settings, now_s)  # the trend projections, once per decision
-    ev = evidence_for(look)
+    obs = Observation.at(window, settings, now_s)  # the trend projections, once per decision
+    ev = evidence_for(obs)
     age = now_s - last.time_s
     if age > settings.stale_after_s:
         return [Decision(Action.NONE, Reason.SAMPLES_STALE,
@@ -160,7 +161,7 @@ def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHist
             continue
         if rule.action is Action.REMEDIATE and (remediate is not None or history.remediation_advised):
             continue
-        notes = _fire(rule, look)
+        notes = _fire(rule, obs)
         if notes is None:
             continue
         if rule.action is Action.ROTATE:
