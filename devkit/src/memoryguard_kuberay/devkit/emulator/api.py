@@ -8,24 +8,16 @@ every resource request itself, following the real API's contract:
 
 - objects get ``uid``, ``resourceVersion`` (one global counter),
   ``creationTimestamp``, ``generation`` (bumped on spec changes);
-- list returns a list ``resourceVersion``; watch replays history newer than
-  the given ``resourceVersion`` (``410 Gone`` as an ERROR event when it is
-  older than the retained history), sends ADDED for everything without one,
-  honours ``timeoutSeconds``;
+- list returns a list ``resourceVersion``; watches (``watching.py``) replay
+  from a ``resourceVersion`` or answer ``410 Gone``;
 - ``labelSelector`` and ``fieldSelector`` (=, ==, !=, in, notin, exists);
 - PATCH as merge, strategic-merge (treated as merge) or JSON patch; a failed
-  JSON-patch ``test`` or a bad path answers 422; a ``metadata.resourceVersion``
-  in a merge patch or PUT that is not current answers 409;
-- the ``status`` subresource: main-resource writes keep status, status writes
-  keep the rest, for kinds declared with it;
-- ``POST .../pods/<name>/eviction`` reads the matching PodDisruptionBudget's
-  ``status.disruptionsAllowed`` (429 naming the budget in
-  ``details.causes`` when it is 0, 500 when several match), records the pod
-  in the budget's ``disruptedPods``, then deletes the pod gracefully;
-  ``dryRun=All`` answers 201 and keeps the pod;
+  JSON-patch ``test`` or a bad path answers 422; a stale ``resourceVersion``
+  answers 409; the ``status`` subresource is written apart from the rest;
+- the eviction subresource (``evictions.py``) reads PodDisruptionBudget status;
 - graceful pod deletion: a pod bound to a node (``spec.nodeName``) gets
   ``deletionTimestamp`` and stays listed (Terminating) until the kubelet
-  stand-in (``tests/emulator/kuberay.py``) removes it; an unbound pod goes
+  stand-in (``kuberay.py``) removes it; an unbound pod goes
   at once;
 - a stand-in for kube-controller-manager's disruption controller
   (``disruption.py``): PDB status recomputed on every pod or PDB change;
@@ -53,8 +45,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
-import dataclasses
-import datetime
 import json
 import time
 import uuid
@@ -65,41 +55,12 @@ import aiohttp.web
 import attrs
 import kmock
 
-from . import disruption, schema
+from . import disruption, evictions, schema, watching
 from .patching import PatchError, json_patch, merge_patch
-from .selectors import field_matcher, label_matcher, selector_from_spec
+from .selectors import field_matcher, label_matcher
+from .wire import BUILTIN_KINDS, ApiError, Kind, now_iso, status_doc
 
 HISTORY = 20000
-
-
-@dataclasses.dataclass(frozen=True)
-class Kind:
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-    status_subresource: bool = False
-    schema: dict[str, Any] | None = None  # openAPIV3Schema, validated on writes when set
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-
-BUILTIN_KINDS = (
-    Kind("", "v1", "pods", "Pod"),
-    Kind("", "v1", "events", "Event"),
-    Kind("", "v1", "namespaces", "Namespace", namespaced=False),
-    Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", status_subresource=True),
-    Kind("coordination.k8s.io", "v1", "leases", "Lease"),
-)
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, reason: str, message: str, causes: list[dict[str, str]] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message, self.causes = status, reason, message, causes
 
 
 # A fault looks at a request and answers an error (raised to the client), a
@@ -109,11 +70,6 @@ Fault = Callable[[kmock.Request], "ApiError | float | None"]
 # type "EVICTING" comes before an evicted pod is deleted.
 Observer = Callable[[str, str, dict[str, Any]], None]
 _DROP: tuple[int, str, dict[str, Any]] = (-1, "DROP", {})
-
-
-def now_iso(ahead_s: float = 0.0) -> str:
-    t = datetime.datetime.now(tz=datetime.UTC) + datetime.timedelta(seconds=ahead_s)
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @attrs.define(kw_only=True)
@@ -326,7 +282,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
                 if err:
                     await asyncio.sleep(err)  # a slow answer
             if request.params.get("watch") in ("true", "1"):
-                return await self._watch(request, k)
+                return await watching.serve_watch(self, request, k)
             pruned: list[str] = []
             doc = await self._serve(request, k, pruned)
             # Creation (and an eviction) answers 201 Created, as the real server does.
@@ -335,9 +291,9 @@ class EmulatedApi(kmock.KubernetesScaffold):
                 resp.headers.add("Warning", f'299 - "unknown field \\"{path}\\""')
             return resp
         except ApiError as e:
-            return _json(_status(e.status, e.reason, e.message, e.causes), e.status)
+            return _json(status_doc(e.status, e.reason, e.message, e.causes), e.status)
         except PatchError as e:
-            return _json(_status(422, "Invalid", str(e)), 422)
+            return _json(status_doc(422, "Invalid", str(e)), 422)
 
     async def _serve(self, request: kmock.Request, k: Kind, pruned: list[str]) -> dict[str, Any]:
         ns = (request.namespace or "") if k.namespaced else ""
@@ -371,7 +327,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
             raise ApiError(405, "MethodNotAllowed", f"{method} on a collection")
         key = (k.group, k.plural, ns, name)
         if sub == "eviction" and k.plural == "pods" and method == "POST":
-            return self._evict(ns, name, dry_run=self._dry_run(request, request.data))
+            return evictions.evict(self, ns, name, dry_run=self._dry_run(request, request.data))
         old = self.store.get(key)
         if old is None:
             raise ApiError(404, "NotFound", f'{k.plural} "{name}" not found')
@@ -425,119 +381,11 @@ class EmulatedApi(kmock.KubernetesScaffold):
         return {"apiVersion": k.api_version, "kind": f"{k.kind}List",
                 "metadata": {"resourceVersion": str(self.rv)}, "items": items}
 
-    async def _watch(self, request: kmock.Request, k: Kind) -> aiohttp.web.StreamResponse:
-        raw = request._raw_request
-        assert raw is not None
-        ns = (request.namespace or "") if k.namespaced else ""
-        labels = label_matcher(request.params.get("labelSelector"))
-        fields = field_matcher(request.params.get("fieldSelector"))
-        timeout = float(request.params.get("timeoutSeconds") or 3600)
-        since = request.params.get("resourceVersion")
-        queue: asyncio.Queue[tuple[int, str, dict[str, Any]]] = asyncio.Queue()
-
-        def wanted(obj: dict[str, Any]) -> bool:
-            m = obj["metadata"]
-            return (not ns or m.get("namespace") == ns) and labels(m.get("labels") or {}) and fields(obj)
-
-        # Subscribe first, then replay, so nothing falls in between.
-        entry = (k.plural, queue)
-        self.watchers.append(entry)
-        backlog: list[tuple[int, str, dict[str, Any]]] = []
-        gone = False
-        if since and since != "0":
-            since_rv = int(since) if since.isdigit() else 0
-            oldest = self.history[0][0] if self.history else self.rv
-            if (since_rv < oldest - 1 and since_rv < self.rv) or since_rv < self.oldest_rv:
-                gone = True
-            backlog = [(rv, t, o) for rv, p, t, o in self.history if p == k.plural and rv > since_rv]
-        else:
-            backlog = [(self.rv, "ADDED", copy.deepcopy(o)) for (g, p, _, _), o in sorted(self.store.items())
-                       if g == k.group and p == k.plural]
-        seen = max([rv for rv, _, _ in backlog], default=0)
-        resp = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json", "Connection": "close"})
-        await resp.prepare(raw)
-        try:
-            if gone:
-                await resp.write(json.dumps({"type": "ERROR", "object": _status(
-                    410, "Expired", f"too old resource version: {since} ({oldest})")}).encode() + b"\n")
-                return resp
-            for _, t, o in backlog:
-                if wanted(o):
-                    await resp.write(json.dumps({"type": t, "object": o}).encode() + b"\n")
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            while True:
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                try:
-                    rv, t, o = await asyncio.wait_for(queue.get(), left)
-                except TimeoutError:
-                    break
-                if t == "DROP":
-                    break  # drop_watches(): the stream just ends
-                if rv <= seen or not wanted(o):
-                    continue
-                await resp.write(json.dumps({"type": t, "object": o}).encode() + b"\n")
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            self.watchers.remove(entry)
-        return resp
-
     @staticmethod
     def _dry_run(request: kmock.Request, body: Any) -> bool:
         """``?dryRun=All``, or (an eviction) ``deleteOptions.dryRun: [All]``."""
         opts = (body or {}).get("deleteOptions") if isinstance(body, dict) else None
         return request.params.get("dryRun") == "All" or "All" in ((opts or {}).get("dryRun") or [])
-
-    def _evict(self, ns: str, name: str, *, dry_run: bool = False) -> dict[str, Any]:
-        key = ("", "pods", ns, name)
-        pod = self.store.get(key)
-        if pod is None:
-            raise ApiError(404, "NotFound", f'pods "{name}" not found')
-        labels = pod["metadata"].get("labels") or {}
-        pdbs = [(k, o) for k, o in self.store.items()
-                if k[1] == "poddisruptionbudgets" and k[2] == ns
-                and selector_from_spec(o.get("spec", {}).get("selector"))(labels)]
-        if len(pdbs) > 1:
-            raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
-                                                 "eviction subresource does not support.")
-        # A pod already going, or not ready, is evicted without spending the
-        # budget (the real handler's shortcut for terminating and unhealthy pods).
-        spends = bool(pdbs) and not pod["metadata"].get("deletionTimestamp") and disruption.is_ready(pod)
-        if spends:
-            pdb_key, pdb = pdbs[0]
-            status = pdb.get("status") or {}
-            if int(status.get("disruptionsAllowed") or 0) <= 0:
-                raise ApiError(429, "TooManyRequests",
-                               "Cannot evict pod as it would violate the pod's disruption budget.",
-                               causes=[{"reason": "DisruptionBudget",
-                                        "message": f"The disruption budget {pdb['metadata']['name']} needs "
-                                                   f"{status.get('desiredHealthy', 0)} healthy pods and has "
-                                                   f"{status.get('currentHealthy', 0)} currently"}])
-        if dry_run:
-            return _status(201, "", "evicted (dry run)") | {"status": "Success"}
-        if spends:
-            disrupted = {**(pdb.get("status") or {}).get("disruptedPods", {}), name: now_iso()}
-            new_status = {**(pdb.get("status") or {}), "disruptedPods": disrupted,
-                          "disruptionsAllowed": int(status["disruptionsAllowed"]) - 1}
-            self._write(self.kind_of("poddisruptionbudgets"), pdb_key, {**pdb, "status": new_status}, pdb,
-                        "MODIFIED")
-        self.evictions.append((ns, name, time.time()))
-        for observe in self.observers:
-            observe("pods", "EVICTING", copy.deepcopy(pod))
-        self._delete(self.kind_of("pods"), key)
-        return _status(201, "", "evicted") | {"status": "Success"}
-
-
-def _status(code: int, reason: str, message: str, causes: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    doc: dict[str, Any] = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure", "code": code,
-                           "reason": reason, "message": message}
-    if causes:
-        doc["details"] = {"causes": causes}
-    return doc
-
 
 def _json(doc: dict[str, Any], status: int = 200) -> aiohttp.web.Response:
     return aiohttp.web.json_response(doc, status=status, headers={"Connection": "close"})

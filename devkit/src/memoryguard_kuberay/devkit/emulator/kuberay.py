@@ -32,7 +32,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from .api import EmulatedApi, now_iso
+from .api import EmulatedApi
+from .wire import now_iso
 
 
 class PodProcess(Protocol):

@@ -46,7 +46,7 @@ def load_crds(api: EmulatedApi, kuberay_crd: Path | None = None) -> None:
     if kuberay_crd is not None:
         api.add_crd(yaml.safe_load(kuberay_crd.read_text()))
     else:
-        from .api import Kind
+        from .wire import Kind
 
         api.add_kind(Kind("ray.io", "v1", "rayclusters", "RayCluster", status_subresource=True))
     api.add_crd(crd.crd())
