@@ -18,40 +18,8 @@ from memoryguard_kuberay.core.policy.window import PodWindow
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_rate
 
-
-@dataclasses.dataclass(frozen=True)
-class Observation:
-    """What one decision looks at: the window, the settings, now, and the
-    two trend projections, made once and shared by the rules and the evidence."""
-
-    window: PodWindow
-    settings: PolicySettings
-    now_s: float
-    creep: tuple[detectors.Verdict, detectors.Projection | None]
-    filling: tuple[detectors.Verdict, detectors.Projection | None]
-
-    @classmethod
-    def at(cls, window: PodWindow, settings: PolicySettings, now_s: float) -> Observation:
-        return cls(window, settings, now_s, detectors.creep(window, settings, now_s),
-                   detectors.store_filling(window, settings, now_s))
-
-
+Observation = detectors.Observation
 Detector = Callable[[Observation], detectors.Verdict]
-
-
-def _plain(detector: Callable[[PodWindow, PolicySettings, float], detectors.Verdict]) -> Detector:
-    def run(obs: Observation) -> detectors.Verdict:
-        return detector(obs.window, obs.settings, obs.now_s)
-    run.__name__ = detector.__name__
-    return run
-
-
-def _creep(obs: Observation) -> detectors.Verdict:
-    return obs.creep[0]
-
-
-def _store_filling(obs: Observation) -> detectors.Verdict:
-    return obs.filling[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,13 +30,13 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule(Reason.OOM_KILLED, Action.ROTATE, ((_plain(detectors.oom_kills),),)),
-    Rule(Reason.CRITICAL_USAGE, Action.ROTATE, ((_plain(detectors.critical_usage),),)),
-    Rule(Reason.MEMORY_PRESSURE, Action.ROTATE, ((_plain(detectors.pressure), _plain(detectors.high_usage)),)),
-    Rule(Reason.PROJECTED_OOM, Action.ROTATE, ((_creep,),)),
-    Rule(Reason.OBJECT_STORE_FULL, Action.ROTATE, ((_plain(detectors.store_full),),)),
-    Rule(Reason.OBJECT_STORE_FILLING, Action.ROTATE, ((_store_filling,),)),
-    Rule(Reason.GROWTH_PLATEAU, Action.REMEDIATE, ((_plain(detectors.plateau),),)),
+    Rule(Reason.OOM_KILLED, Action.ROTATE, ((detectors.oom_kills,),)),
+    Rule(Reason.CRITICAL_USAGE, Action.ROTATE, ((detectors.critical_usage,),)),
+    Rule(Reason.MEMORY_PRESSURE, Action.ROTATE, ((detectors.pressure, detectors.high_usage),)),
+    Rule(Reason.PROJECTED_OOM, Action.ROTATE, ((detectors.creep,),)),
+    Rule(Reason.OBJECT_STORE_FULL, Action.ROTATE, ((detectors.store_full,),)),
+    Rule(Reason.OBJECT_STORE_FILLING, Action.ROTATE, ((detectors.store_filling,),)),
+    Rule(Reason.GROWTH_PLATEAU, Action.REMEDIATE, ((detectors.plateau,),)),
 )
 
 

@@ -1,12 +1,14 @@
-"""Detectors: small functions of a pod's window, each answering one question
-with a verdict and a short note. Rules in ``decide`` combine them (AND within
-a group, OR across groups, as oomd does). Purely computational."""
+"""Detectors: small functions of one ``Observation`` (a pod's window, the
+settings, now, and the two trend projections made once), each answering one
+question with a verdict and a short note; all have that one signature.
+Rules in ``decide`` combine them (AND within a group, OR across groups, as
+oomd does). Purely computational."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from memoryguard_kuberay.core.policy.window import PodWindow, Series
+from memoryguard_kuberay.core.policy.window import HoldTimer, PodWindow, Series
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_rate
 
@@ -55,7 +57,8 @@ def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: fl
     return Projection(slope_per_s=slope, level=level, eta_s=eta, sustained=not why_not, why_not=why_not)
 
 
-def creep(window: PodWindow, settings: PolicySettings, now_s: float) -> tuple[Verdict, Projection | None]:
+def creep_projection(window: PodWindow, settings: PolicySettings,
+                     now_s: float) -> tuple[Verdict, Projection | None]:
     """A sustained upward trend of the working set whose projection reaches
     the limit within the horizon."""
     limit = window.last.memory_max_bytes if window.last else None
@@ -68,7 +71,8 @@ def creep(window: PodWindow, settings: PolicySettings, now_s: float) -> tuple[Ve
     return Verdict(True, f"growing {fmt_rate(p.slope_per_s * 3600)}, projected OOM in {fmt_duration(p.eta_s)}"), p
 
 
-def store_filling(window: PodWindow, settings: PolicySettings, now_s: float) -> tuple[Verdict, Projection | None]:
+def store_projection(window: PodWindow, settings: PolicySettings,
+                     now_s: float) -> tuple[Verdict, Projection | None]:
     """Object-store occupancy trending to full within the horizon (objects
     that are never released: a Plasma reference leak)."""
     p = project(window.store, now_s=now_s, ceiling=settings.store_full_fraction,
@@ -79,45 +83,83 @@ def store_filling(window: PodWindow, settings: PolicySettings, now_s: float) -> 
                          f"{settings.store_full_fraction:.0%} in {fmt_duration(p.eta_s)}"), p
 
 
-def critical_usage(window: PodWindow, settings: PolicySettings, now_s: float) -> Verdict:
-    held = window.critical.held_for(now_s)
-    if window.critical.since is None or held < settings.critical_for_s:
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """What one decision looks at: the window, the settings, now, and the
+    two trend projections, made once and shared by the detectors and the
+    evidence."""
+
+    window: PodWindow
+    settings: PolicySettings
+    now_s: float
+    creep: tuple[Verdict, Projection | None]
+    filling: tuple[Verdict, Projection | None]
+
+    @classmethod
+    def at(cls, window: PodWindow, settings: PolicySettings, now_s: float) -> Observation:
+        return cls(window, settings, now_s, creep_projection(window, settings, now_s),
+                   store_projection(window, settings, now_s))
+
+
+# -- the detectors: Observation -> Verdict ---------------------------------------------
+def creep(obs: Observation) -> Verdict:
+    return obs.creep[0]
+
+
+def store_filling(obs: Observation) -> Verdict:
+    return obs.filling[0]
+
+
+def _held(timer: HoldTimer, needed_s: float, now_s: float) -> float | None:
+    """How long a condition has held, if at least ``needed_s``."""
+    held = timer.held_for(now_s)
+    return held if timer.since is not None and held >= needed_s else None
+
+
+def critical_usage(obs: Observation) -> Verdict:
+    s = obs.settings
+    held = _held(obs.window.critical, s.critical_for_s, obs.now_s)
+    if held is None:
         return NO
-    return Verdict(True, f"at or above {settings.critical_fraction:.0%} of the limit for {fmt_duration(held)}")
+    return Verdict(True, f"at or above {s.critical_fraction:.0%} of the limit for {fmt_duration(held)}")
 
 
-def high_usage(window: PodWindow, settings: PolicySettings, now_s: float) -> Verdict:
-    frac = window.last.working_set_fraction if window.last else None
-    if frac is None or frac < settings.pressure_min_usage_fraction:
+def pressure(obs: Observation) -> Verdict:
+    held = _held(obs.window.pressure, obs.settings.pressure_for_s, obs.now_s)
+    if held is None:
+        return NO
+    psi = obs.window.last.psi_full_avg10_pct if obs.window.last else None
+    return Verdict(True, f"memory pressure (PSI full {psi}%) for {fmt_duration(held)}")
+
+
+def store_full(obs: Observation) -> Verdict:
+    s = obs.settings
+    held = _held(obs.window.store_full, s.store_full_for_s, obs.now_s)
+    if held is None:
+        return NO
+    return Verdict(True, f"object store at or above {s.store_full_fraction:.0%} for {fmt_duration(held)}")
+
+
+def high_usage(obs: Observation) -> Verdict:
+    last = obs.window.last
+    frac = last.working_set_fraction if last else None
+    if frac is None or frac < obs.settings.pressure_min_usage_fraction:
         return NO
     return Verdict(True, f"{frac:.0%} of the limit")
 
 
-def pressure(window: PodWindow, settings: PolicySettings, now_s: float) -> Verdict:
-    held = window.pressure.held_for(now_s)
-    if window.pressure.since is None or held < settings.pressure_for_s:
+def oom_kills(obs: Observation) -> Verdict:
+    seen = obs.window.oom_kills_seen
+    if seen <= 0:
         return NO
-    psi = window.last.psi_full_avg10_pct if window.last else None
-    return Verdict(True, f"memory pressure (PSI full {psi}%) for {fmt_duration(held)}")
+    return Verdict(True, f"the kernel OOM-killed {seen} process(es) in the container")
 
 
-def store_full(window: PodWindow, settings: PolicySettings, now_s: float) -> Verdict:
-    held = window.store_full.held_for(now_s)
-    if window.store_full.since is None or held < settings.store_full_for_s:
-        return NO
-    return Verdict(True, f"object store at or above {settings.store_full_fraction:.0%} for {fmt_duration(held)}")
-
-
-def oom_kills(window: PodWindow, settings: PolicySettings, now_s: float) -> Verdict:
-    if window.oom_kills_seen <= 0:
-        return NO
-    return Verdict(True, f"the kernel OOM-killed {window.oom_kills_seen} process(es) in the container")
-
-
-def plateau(window: PodWindow, settings: PolicySettings, now_s: float) -> Verdict:
+def plateau(obs: Observation) -> Verdict:
     """Memory that grew for hours after warm-up and then flattened high: the
     shape of allocator fragmentation (or a cache at its bound). Worth
     jemalloc, never a rotation."""
+    window, settings, now_s = obs.window, obs.settings, obs.now_s
     limit = window.last.memory_max_bytes if window.last else None
     fit = window.working_set.fit
     base = window.baseline_ws_bytes
