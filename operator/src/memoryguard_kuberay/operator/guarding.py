@@ -177,7 +177,7 @@ class GuardReconciler:
             return 0.0
         views = await self.poll_and_decide(cycle)
         # The status, computed once from what the cycle found and did.
-        self.publish_metrics(views, cycle.guarded)
+        self.ctx.metrics.publish(self.namespace, self.name, views, guarded=len(cycle.guarded))
         status = st.build(generation=generation, clusters=[c["metadata"]["name"] for c in selected.clusters],
                           pods=views, spec_error=None, missing_clusters=selected.missing,
                           contested=selected.contested, rotations=self.rotations_status(),
@@ -368,19 +368,6 @@ class GuardReconciler:
             self.ctx.metrics.remediations.labels(self.namespace, self.name, kind, done).inc()
 
     # -- reporting ---------------------------------------------------------------------
-    def publish_metrics(self, views: Sequence[st.PodView], pods: Sequence[pi.PodInfo]) -> None:
-        m = self.ctx.metrics
-        m.pods_guarded.labels(self.namespace, self.name).set(len(pods))
-        m.pods_at_risk.labels(self.namespace, self.name).set(
-            sum(1 for v in views if v.decision.reason in st.AT_RISK))
-        m.pods_blind.labels(self.namespace, self.name).set(sum(1 for v in views if v.blind))
-        for v in views:
-            ev = v.decision.evidence
-            verdict = st.pod_status(v)["verdict"]
-            m.pod(self.namespace, self.name, v.name, v.group, ws=ev.working_set_bytes, limit=ev.limit_bytes,
-                  eta=ev.projected_oom_s, store=ev.store_fraction, verdict=verdict)
-        m.forget_pods(self.namespace, self.name, {(v.name, v.group) for v in views})
-
     async def write_status(self, status: Mapping[str, Any]) -> None:
         """Merge-patch the status, only when it changed; pods that left are
         nulled out (a merge patch keeps keys it is not told to remove)."""

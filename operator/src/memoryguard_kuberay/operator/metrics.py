@@ -5,7 +5,11 @@ follows the cluster, not its history."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from memoryguard_kuberay.operator.status import AT_RISK, PodView, pod_status
 
 P = "memoryguard_"
 
@@ -91,3 +95,15 @@ class OperatorMetrics:
             self.verdict.remove(*labels, old)
         self._verdicts[labels] = verdict
         self.verdict.labels(*labels, verdict).set(1)
+
+    def publish(self, namespace: str, guard: str, views: Sequence[PodView], *, guarded: int) -> None:
+        """One cycle's picture of a guard: its counts and every pod's series
+        (those of pods that left are removed)."""
+        self.pods_guarded.labels(namespace, guard).set(guarded)
+        self.pods_at_risk.labels(namespace, guard).set(sum(1 for v in views if v.decision.reason in AT_RISK))
+        self.pods_blind.labels(namespace, guard).set(sum(1 for v in views if v.blind))
+        for v in views:
+            ev = v.decision.evidence
+            self.pod(namespace, guard, v.name, v.group, ws=ev.working_set_bytes, limit=ev.limit_bytes,
+                     eta=ev.projected_oom_s, store=ev.store_fraction, verdict=pod_status(v)["verdict"])
+        self.forget_pods(namespace, guard, {(v.name, v.group) for v in views})
