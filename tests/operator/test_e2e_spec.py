@@ -20,8 +20,11 @@ def _cond(g: dict, kind: str) -> dict:  # type: ignore[type-arg]
 async def test_invalid_spec_is_reported_once_and_others_keep_working(tmp_path: Path) -> None:
     async with world(tmp_path, by_worker_index(set())) as w:
         await start_cluster(w, 2)
-        # Polling less often than samples go stale: every sample would be stale.
-        bad = guard("broken", sampling={"intervalSeconds": 3600}, policy={"staleAfterSeconds": 600})
+        # A library the schema admits (an absolute path) but the installer does
+        # not allow: only the operator can refuse it. (Polling less often than
+        # samples go stale, this test's earlier case, is now a CEL rule of the
+        # CRD: a real server refuses it at admission, tests/operator/test_specfields.py.)
+        bad = guard("broken", remediation={"jemalloc": {"mode": "auto", "libraryPath": "/opt/evil/libjemalloc.so.2"}})
         w.api.put("memoryguards", bad)
         w.api.put("memoryguards", guard("fine"))
         await w.start_operator()
@@ -29,7 +32,8 @@ async def test_invalid_spec_is_reported_once_and_others_keep_working(tmp_path: P
                                   g.get("status", {}).get("conditions") and g, 30, "the broken guard's status")
         assert _cond(broken, "Ready")["status"] == "False"
         deg = _cond(broken, "Degraded")
-        assert deg["status"] == "True" and deg["reason"] == "InvalidSpec" and "would be stale" in deg["message"]
+        assert deg["status"] == "True" and deg["reason"] == "InvalidSpec"
+        assert "not an allowed jemalloc" in deg["message"]
         fine = await w.wait_for(lambda: (g := w.api.get("memoryguards", "default", "fine")) and
                                 g.get("status", {}).get("summary", {}).get("pods") == 2 and g, 30, "the fine guard")
         assert _cond(fine, "Ready")["status"] == "True" and _cond(fine, "Degraded")["status"] == "False"
@@ -41,7 +45,7 @@ async def test_invalid_spec_is_reported_once_and_others_keep_working(tmp_path: P
         # Fixed: the guard recovers without a restart.
         fixed = w.api.get("memoryguards", "default", "broken")
         assert fixed is not None
-        fixed["spec"]["sampling"]["intervalSeconds"] = 300
+        fixed["spec"]["remediation"]["jemalloc"]["libraryPath"] = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
         w.api.put("memoryguards", fixed)
         await w.wait_for(lambda: _cond(w.api.get("memoryguards", "default", "broken"), "Ready")["status"]  # type: ignore[arg-type]
                          == "True", 30, "the fixed guard to be Ready")

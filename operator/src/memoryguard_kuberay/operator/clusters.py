@@ -16,6 +16,7 @@ from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.groups import desired_replicas
 from memoryguard_kuberay.operator.guardspec import GuardSpec, SpecError, read_guard_spec
 from memoryguard_kuberay.operator.kube import ApiError, Kube
+from memoryguard_kuberay.operator.trust import Trust
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 Report = Callable[..., Awaitable[None]]  # (reason, message, also=[objects]) -> Event
@@ -38,10 +39,12 @@ def older(me: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
         str(mine.get("creationTimestamp", "")), str(mine.get("name", "")))
 
 
-async def select(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec) -> Selected:
+async def select(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec,
+                 trust: Trust | None = None) -> Selected:
     """The RayClusters ``guard`` selects and may act on. A cluster an older
     guard also selects is left to that guard: two guards never rotate one
-    cluster's pods with two sets of budgets."""
+    cluster's pods with two sets of budgets. A guard the operator refuses
+    (judged with the same ``trust``) guards nothing, so it takes nothing."""
     found: dict[str, dict[str, Any]] = {}
     missing = []
     for name in spec.selection.cluster_names:
@@ -61,7 +64,7 @@ async def select(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
             if not older(guard, other):
                 continue
             try:
-                sel_other = read_guard_spec(other.get("spec")).selection
+                sel_other = read_guard_spec(other.get("spec"), trust=trust).selection
             except SpecError:
                 continue  # an invalid guard guards nothing
             for name, rc in list(found.items()):

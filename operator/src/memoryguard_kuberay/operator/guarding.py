@@ -158,7 +158,8 @@ class GuardReconciler:
         if self.ledger is None:
             self.ledger = Ledger.from_status(previous)
         try:
-            selected = await clusters.select(self.ctx.kube, namespace=self.namespace, guard=body, spec=spec)
+            selected = await clusters.select(self.ctx.kube, namespace=self.namespace, guard=body, spec=spec,
+                                             trust=self.ctx.trust)
             if not spec.policy.dry_run and not stopped():
                 await clusters.set_up(self.ctx.kube, namespace=self.namespace, guard=body, spec=spec,
                                       clusters=selected.clusters, report=self.event)

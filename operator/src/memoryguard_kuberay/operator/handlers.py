@@ -106,7 +106,7 @@ async def removed(spec: kopf.Spec, namespace: str | None, name: str | None, body
         gs = read_guard_spec(spec, sidecar_image=ctx.sidecar_image)
     except SpecError:
         return
-    selected = await clusters.select(ctx.kube, namespace=ns, guard=body, spec=gs)
+    selected = await clusters.select(ctx.kube, namespace=ns, guard=body, spec=gs, trust=ctx.trust)
     for rc in selected.clusters:
         if gs.sidecar.inject:
             ops = patches.uninject_patch(rc)
