@@ -19,6 +19,11 @@ from memoryguard_kuberay.operator.kube import ApiError, Kube
 from memoryguard_kuberay.operator.ledger import InFlight, Outcome, OutcomeKind, Phase
 
 Report = Callable[[EventReason, str], Awaitable[None]]
+# An eviction is given up only after its deadline AND this many refusals: a
+# flaky API server (a 5xx or two in a row) is retried, not taken for a
+# budget that will never allow (seen in the soak: one 500, a long cycle, and
+# a rotation abandoned after a single try, which then held up its group).
+MIN_REFUSALS = 3
 
 
 async def start(kube: Kube, pod: pi.PodInfo, *, guard: str, reason: str, now: float) -> InFlight:
@@ -81,7 +86,7 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
             return Outcome()
         if rot.evicting_since is None:
             rot.evicting_since = now
-        if rot.refused and now - rot.evicting_since > eviction_timeout_s:
+        if rot.refused >= MIN_REFUSALS and now - rot.evicting_since > eviction_timeout_s:
             return await give_up_eviction(rot, pod, kube=kube, now=now, eviction_timeout_s=eviction_timeout_s)
         if rot.last_attempt is not None and rot.refused and now - rot.last_attempt < backoff_s(rot.refused):
             return Outcome()

@@ -145,7 +145,8 @@ FIELDS: tuple[Field, ...] = (
           "failed.", "s", 30, 86400),
     Field("rotation.evictionTimeoutSeconds", Kind.INT, 600,
           "How long a rotation may keep asking for an eviction that is refused (429: a PodDisruptionBudget says "
-          "not now) before it is reported as failed, its marks are taken off the pod and its slot is released.",
+          "not now; or the API failing) before it is reported as failed, its marks are taken off the pod and its "
+          "slot is released (after at least 3 refused attempts).",
           "s", 30, 86400),
     Field("rotation.podDisruptionBudget.enabled", Kind.BOOL, False, "Keep a PodDisruptionBudget per worker group."),
     Field("rotation.podDisruptionBudget.maxUnavailable", Kind.INT, 1, "Pods of a group that may be disrupted at "
