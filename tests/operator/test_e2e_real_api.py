@@ -67,7 +67,9 @@ async def test_own_pdb_lets_rotations_through_and_follows_the_group(tmp_path: Pa
         pdb = w.api.get("poddisruptionbudgets", "default", PDB)
         assert pdb is not None and pdb["metadata"]["generation"] == 1
         assert pdb_writes == ["POST"]  # read every cycle, created once, never re-created or rewritten
-        # Rotation Events on the pod as well as on the guard.
+        # Rotation Events on the pod as well as on the guard (queued: the
+        # pod's copy is posted just after the guard's).
+        await w.wait_for(lambda: _on(w, "WorkerRotated", "Pod"), 10, "WorkerRotated on the pod")
         for reason in ("WorkerRotationStarted", "WorkerEvicted", "WorkerRotated"):
             on_pod = _on(w, reason, "Pod")
             assert [e["involvedObject"]["name"] for e in on_pod] == [leaking], reason
@@ -92,7 +94,8 @@ async def test_refused_eviction_gives_up_at_its_deadline_and_delete_leaves_no_ma
         await w.start_operator()
         failed = await w.wait_for(lambda: w.events("WorkerRotationFailed"), 120, "the rotation given up")
         assert "no-disruption" in failed[0]["message"] and "evictionTimeoutSeconds" in failed[0]["message"]
-        assert _on(w, "WorkerRotationFailed", "Pod")[0]["involvedObject"]["name"] == leaking
+        on_pod = await w.wait_for(lambda: _on(w, "WorkerRotationFailed", "Pod"), 10, "the failure on the pod")
+        assert on_pod[0]["involvedObject"]["name"] == leaking
         assert w.api.evictions == []
         status = w.guard_status()
         assert status["rotations"]["recent"][0]["outcome"] == "failed"
@@ -128,7 +131,7 @@ async def test_uninstall_deletes_guards_while_the_operator_runs(tmp_path: Path) 
         assert rc is not None
         names = [c["name"] for g in rc["spec"]["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]]
         assert SIDECAR_NAME not in names
-        assert _on(w, "SidecarRemoved", "RayCluster")
+        await w.wait_for(lambda: _on(w, "SidecarRemoved", "RayCluster"), 10, "the removal Event on the RayCluster")
 
 
 async def test_uninstall_without_the_operator_says_what_is_stuck(tmp_path: Path) -> None:
