@@ -49,7 +49,7 @@ async def test_inject_then_delete_guard_removes_it(tmp_path: Path) -> None:
         await w.wait_for(lambda: w.api.get("memoryguards", "default", "leak-guard") is None, 30, "the guard gone")
         rc = w.api.get("rayclusters", "default", "raycluster-kuberay")
         assert rc is not None and rc["spec"] == original
-        assert w.events("SidecarRemoved")
+        await w.wait_for(lambda: w.events("SidecarRemoved"), 10, "SidecarRemoved (Events are queued)")
 
 
 async def test_plateau_gets_jemalloc_in_auto_mode(tmp_path: Path) -> None:
