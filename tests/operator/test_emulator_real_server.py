@@ -167,3 +167,21 @@ async def test_an_event_for_an_object_of_another_namespace_is_refused(
     event["involvedObject"]["namespace"] = "ns"
     st, _, _ = await _call(s, "POST", "/api/v1/namespaces/ns/events", event)
     assert st == 201
+
+
+async def test_an_unready_pod_is_evicted_without_the_budget_only_while_the_budget_is_met(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    api, s = served
+    for i in range(3):
+        _pod(api, f"p{i}")
+    api.put("pods", {"metadata": {"name": "sick", "namespace": "ns", "labels": {"g": "w"}, "ownerReferences": OWNER},
+                     "spec": {"nodeName": "n1"}, "status": {"phase": "Running", "conditions": [
+                         {"type": "Ready", "status": "False"}]}})
+    await _call(s, "POST", PDBS, {"metadata": {"name": "ma"},
+                                  "spec": {"minAvailable": 4, "selector": {"matchLabels": {"g": "w"}}}})
+    st, _, _ = await _call(s, "POST", f"{PODS}/sick/eviction", _evict("sick"))
+    assert st == 429  # 3 healthy of 4 needed: the unready pod goes through the budget, and none is left
+    await _call(s, "PATCH", f"{PDBS}/ma", {"spec": {"minAvailable": 3}}, "application/merge-patch+json")
+    st, _, _ = await _call(s, "POST", f"{PODS}/sick/eviction", _evict("sick"))
+    assert st == 201  # the budget is met: an unready pod costs it nothing (IfHealthyBudget)
+    assert (api.get("poddisruptionbudgets", "ns", "ma") or {})["status"]["disruptionsAllowed"] == 0

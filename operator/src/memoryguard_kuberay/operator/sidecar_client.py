@@ -79,7 +79,7 @@ async def poll(session: aiohttp.ClientSession, ip: str, port: int, since: float 
                           require_uid=require_uid, max_future_s=max_future_s, oldest_s=oldest_s)
         samples.extend(last.samples)
         rejected += last.rejected
-        if not last.more or not last.samples or (last.error and not last.samples):
+        if not last.more or not last.samples:
             break
         since = last.samples[-1].time_s
     error = last.error if not samples else (f"{rejected} sample(s) rejected" if rejected else None)

@@ -3,7 +3,8 @@ the matching PodDisruptionBudget's ``status.disruptionsAllowed`` (429 naming
 the budget in ``details.causes`` when it is 0; 500 when several match),
 records the pod in the budget's ``disruptedPods``, then deletes the pod
 gracefully; ``dryRun=All`` answers 201 and keeps the pod. A pod already
-going, or not ready, is evicted without spending the budget."""
+going, finished or pending ignores the budget; an unready pod is evicted
+without spending it only while the budget is met (IfHealthyBudget)."""
 
 from __future__ import annotations
 
@@ -31,19 +32,26 @@ def evict(api: EmulatedApi, ns: str, name: str, *, dry_run: bool = False) -> dic
     if len(pdbs) > 1:
         raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
                                              "eviction subresource does not support.")
-    # A pod already going, or not ready, is evicted without spending the
-    # budget (the real handler's shortcut for terminating and unhealthy pods).
-    spends = bool(pdbs) and not pod["metadata"].get("deletionTimestamp") and disruption.is_ready(pod)
-    if spends:
+    # As the real handler (eviction.go): a pod already going, finished or
+    # not yet running ignores the budget (canIgnorePDB); an unready pod is
+    # evicted without spending it only while the budget is met
+    # (unhealthyPodEvictionPolicy IfHealthyBudget, the default); every other
+    # eviction spends it, or is refused when none is left.
+    phase = (pod.get("status") or {}).get("phase")
+    ignores = bool(pod["metadata"].get("deletionTimestamp")) or phase in ("Succeeded", "Failed", "Pending")
+    spends = False
+    if pdbs and not ignores:
         pdb_key, pdb = pdbs[0]
         status = pdb.get("status") or {}
-        if int(status.get("disruptionsAllowed") or 0) <= 0:
-            raise ApiError(429, "TooManyRequests",
-                           "Cannot evict pod as it would violate the pod's disruption budget.",
-                           causes=[{"reason": "DisruptionBudget",
-                                    "message": f"The disruption budget {pdb['metadata']['name']} needs "
-                                               f"{status.get('desiredHealthy', 0)} healthy pods and has "
-                                               f"{status.get('currentHealthy', 0)} currently"}])
+        healthy, desired = int(status.get("currentHealthy") or 0), int(status.get("desiredHealthy") or 0)
+        spends = disruption.is_ready(pod) or not (desired > 0 and healthy >= desired)
+    if spends and int(status.get("disruptionsAllowed") or 0) <= 0:
+        raise ApiError(429, "TooManyRequests",
+                       "Cannot evict pod as it would violate the pod's disruption budget.",
+                       causes=[{"reason": "DisruptionBudget",
+                                "message": f"The disruption budget {pdb['metadata']['name']} needs "
+                                           f"{status.get('desiredHealthy', 0)} healthy pods and has "
+                                           f"{status.get('currentHealthy', 0)} currently"}])
     if dry_run:
         return status_doc(201, "", "evicted (dry run)") | {"status": "Success"}
     if spends:
