@@ -47,7 +47,7 @@ def test_crd_properties_in_spec_units() -> None:
     props = crd_properties("policy")
     assert props["criticalPercent"] == {**props["criticalPercent"], "type": "number", "default": 95,
                                         "minimum": 50, "maximum": 100}
-    assert props["horizonSeconds"]["type"] == "integer" and props["horizonSeconds"]["default"] == 7200
+    assert props["horizonSeconds"]["type"] == "integer" and props["horizonSeconds"]["default"] == 5400
 
 
 def test_docs_list_every_setting() -> None:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.sidecar import parsers
-from memoryguard_kuberay.sidecar.objectstore import AVAILABLE, USED, WANTED
+from memoryguard_kuberay.sidecar.objectstore import AVAILABLE, BY_LOCATION, SPILLED_ONLY, USED, WANTED
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -30,8 +30,19 @@ def test_psi() -> None:
 def test_ray_metrics_page() -> None:
     """The real page of a Ray 2.60 raylet (1,045 lines, 287 KiB)."""
     lines = (FIXTURES / "ray-2.60-metrics.txt").read_bytes().split(b"\n")
-    got = parsers.prom_values(lines, WANTED)
+    got = parsers.prom_values(lines, WANTED, SPILLED_ONLY)
     assert got[USED] == 104857854.0 and got[AVAILABLE] == 195142146.0
+    # By location, only SPILLED counts: the 100 MB in MMAP_SHM is not spilled.
+    assert got[BY_LOCATION] == 0.0
+
+
+def test_spilled_bytes_only_from_the_spilled_location() -> None:
+    page = (b'ray_object_store_memory{Component="raylet",Location="MMAP_SHM",ObjectState="SEALED"} 5e8\n'
+            b'ray_object_store_memory{Component="raylet",Location="SPILLED",ObjectState=""} 3.0e8\n'
+            b'ray_object_store_memory{Component="core_worker",Location="WORKER_HEAP"} 7\n')
+    assert parsers.prom_values(page.split(b"\n"), WANTED, SPILLED_ONLY) == {BY_LOCATION: 3.0e8}
+    # Without the filter every location is summed, which is not spilled bytes.
+    assert parsers.prom_values(page.split(b"\n"), WANTED)[BY_LOCATION] == 5e8 + 3e8 + 7
 
 
 @settings(max_examples=300)

@@ -57,3 +57,37 @@ def test_object_store_put_and_free() -> None:
             finally:
                 driver.kill()
                 driver.wait()
+
+
+SPILLER = textwrap.dedent("""
+    import sys, ray, numpy as np
+    ray.init(address=sys.argv[1], logging_level="ERROR")
+    # Three 120 MB objects held in a store of 300 MB: Ray spills to disk.
+    refs = [ray.put(np.ones(120 * 1024 * 1024, dtype=np.uint8)) for _ in range(3)]
+    print("HELD", flush=True)
+    sys.stdin.readline()
+""")
+
+
+def _spilled(url: str) -> int | None:
+    samples = get_json(url + "/v1/samples")["samples"]
+    return samples[-1].get("plasma_spilled") if samples else None
+
+
+def test_spilled_objects_show_in_the_samples() -> None:
+    """A store held beyond its capacity spills, and the samples say so:
+    the policy reads a full store that spills as a pipeline at work."""
+    with ray_head() as head:
+        args = ["--interval", "1", "--ray-metrics-url", f"http://127.0.0.1:{head.metrics_port}/metrics",
+                "--ray-metrics-interval", "2"]
+        with sidecar_process("127.0.0.32", args) as url:
+            wait_until(lambda: _spilled(url) == 0, 30, what="plasma_spilled 0 before any spilling")
+            driver = subprocess.Popen([sys.executable, "-c", SPILLER, head.gcs_address], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True, env={**os.environ, **RAY_ENV})
+            try:
+                assert driver.stdout is not None and driver.stdin is not None
+                assert driver.stdout.readline().strip() == "HELD"
+                wait_until(lambda: (_spilled(url) or 0) >= 100 * 1024 * 1024, 60, what="spilled bytes in the samples")
+            finally:
+                driver.kill()
+                driver.wait()

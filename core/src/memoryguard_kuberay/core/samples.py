@@ -25,6 +25,7 @@ WIRE_FIELDS: tuple[tuple[str, str], ...] = (
     ("shmem", "shmem_bytes"),
     ("plasma_used", "plasma_used_bytes"),
     ("plasma_capacity", "plasma_capacity_bytes"),
+    ("plasma_spilled", "plasma_spilled_bytes"),
     ("psi_some_avg10", "psi_some_avg10_pct"),
     ("psi_full_avg10", "psi_full_avg10_pct"),
     ("oom_kill", "oom_kill_count"),
@@ -51,6 +52,10 @@ class Sample:
     shmem_bytes: int | None = None
     plasma_used_bytes: int | None = None
     plasma_capacity_bytes: int | None = None  # 0 or None: no object store
+    # Bytes of objects Ray has spilled to disk and still holds there (the
+    # raylet's ray_object_store_memory{Location="SPILLED"}): a full store that
+    # spills is Ray working as designed, a leak pins objects and spills nothing.
+    plasma_spilled_bytes: int | None = None
     psi_some_avg10_pct: float | None = None
     psi_full_avg10_pct: float | None = None
     oom_kill_count: int | None = None
@@ -62,6 +67,24 @@ class Sample:
         if self.memory_current_bytes is None or self.inactive_file_bytes is None:
             return None
         return max(0, self.memory_current_bytes - self.inactive_file_bytes)
+
+    @property
+    def unreclaimable_bytes(self) -> int | None:
+        """What the kernel cannot reclaim to stay under the limit: ``anon``
+        plus ``shmem`` (Plasma's pages) when ``memory.stat`` gives them, else
+        the working set. Page cache, active or not, is given back before the
+        OOM killer runs, so a cgroup can sit at 99% of its limit in cache
+        while healthy, and a leak can grow under that cache."""
+        if self.anon_bytes is not None and self.shmem_bytes is not None:
+            return self.anon_bytes + self.shmem_bytes
+        return self.working_set_bytes
+
+    @property
+    def used_fraction(self) -> float | None:
+        used, limit = self.unreclaimable_bytes, self.memory_max_bytes
+        if used is None or not limit:
+            return None
+        return used / limit
 
     @property
     def working_set_fraction(self) -> float | None:

@@ -32,9 +32,12 @@ class SettingSpec:
 SETTINGS_TABLE: tuple[SettingSpec, ...] = (
     # Hysteresis on absolute usage: a backstop for growth too fast to trend.
     SettingSpec("critical_fraction", "policy", "criticalPercent", float, 0.95, 0.5, 1.0, "fraction of memory.max",
-                "Working set at or above this share of the limit is critical (in the spec: percent, 50-100)."),
-    SettingSpec("critical_for_s", "policy", "criticalForSeconds", int, 300, 0, 86400, "s",
-                "How long the working set must stay critical before a rotation (short spikes are ignored)."),
+                "Memory in use (anon + shmem: what the kernel cannot reclaim; page cache is not counted) at or "
+                "above this share of the limit is critical (in the spec: percent, 50-100)."),
+    SettingSpec("critical_for_s", "policy", "criticalForSeconds", int, 900, 0, 86400, "s",
+                "How long memory in use must stay critical before a rotation: bursts of large batches hold "
+                "96-99% for up to about 8 minutes and come back down (growth too fast to wait this long is "
+                "the rapid-growth rule's)."),
     SettingSpec("hysteresis_fraction", "policy", "hysteresisPercent", float, 0.03, 0.0, 0.2, "fraction of memory.max",
                 "A held condition only resets when usage drops this far below its threshold (percent in the spec)."),
     # Creep: a sustained trend projected to the limit.
@@ -42,24 +45,32 @@ SETTINGS_TABLE: tuple[SettingSpec, ...] = (
                 "Samples are averaged into buckets of this length before the trend is fitted."),
     SettingSpec("trend_window_s", "policy", "trendWindowSeconds", int, 14400, 1800, 172800, "s",
                 "The trend is fitted over this much recent history (longer sees through slower sawtooth)."),
-    SettingSpec("trend_min_span_s", "policy", "trendMinSpanSeconds", int, 7200, 900, 172800, "s",
+    SettingSpec("trend_min_span_s", "policy", "trendMinSpanSeconds", int, 10800, 900, 172800, "s",
                 "No trend verdict before this much history: warm-up after a start is never a leak."),
-    SettingSpec("horizon_s", "policy", "horizonSeconds", int, 7200, 600, 172800, "s",
+    SettingSpec("horizon_s", "policy", "horizonSeconds", int, 5400, 600, 172800, "s",
                 "Rotate when the projected OOM is this close; include the time a drain takes."),
-    SettingSpec("min_growth_fraction_per_h", "policy", "minGrowthPercentPerHour", float, 0.005, 0.0001, 1.0,
+    SettingSpec("min_growth_fraction_per_h", "policy", "minGrowthPercentPerHour", float, 0.001, 0.0001, 1.0,
                 "fraction of memory.max per hour",
                 "Slower growth than this is not a trend (percent per hour in the spec)."),
-    SettingSpec("deceleration_ratio", "policy", "decelerationRatio", float, 0.7, 0.0, 1.0, "ratio",
-                "The recent half of the window must grow at least this fraction as fast as the whole window: "
+    SettingSpec("deceleration_ratio", "policy", "decelerationRatio", float, 0.8, 0.0, 1.0, "ratio",
+                "The recent half of the window must grow at least this fraction as fast as the whole window and its "
+                "earlier half: "
                 "growth that slows down (warm-up, caches filling to a bound) is not a leak."),
     SettingSpec("trend_min_consistency", "policy", "trendMinConsistency", float, 0.5, 0.0, 1.0, "Kendall tau",
                 "How consistently the window must rise (Kendall's tau of its buckets, -1..1): a sawtooth or a "
                 "daily swing can have a steep slope but rises inconsistently."),
+    # Rapid growth: a leak that reaches the limit within the hour.
+    SettingSpec("rapid_window_s", "policy", "rapidWindowSeconds", int, 1800, 600, 7200, "s",
+                "Rapid growth is judged on one-minute means over this much recent history."),
+    SettingSpec("rapid_min_span_s", "policy", "rapidMinSpanSeconds", int, 900, 300, 7200, "s",
+                "Growth must have been seen, steady, for this long before it counts as rapid growth."),
+    SettingSpec("rapid_horizon_s", "policy", "rapidHorizonSeconds", int, 1800, 600, 7200, "s",
+                "Rotate on rapid growth when the projected OOM is this close (include the time a drain takes)."),
     # Memory pressure (PSI) together with high usage.
     SettingSpec("pressure_full_pct", "policy", "pressureFullPercent", float, 10.0, 0.1, 100.0, "% (PSI full avg10)",
                 "memory.pressure full avg10 at or above this counts as pressure."),
-    SettingSpec("pressure_for_s", "policy", "pressureForSeconds", int, 300, 0, 86400, "s",
-                "How long pressure must hold."),
+    SettingSpec("pressure_for_s", "policy", "pressureForSeconds", int, 900, 0, 86400, "s",
+                "How long pressure must hold (bursts bring minutes of pressure and pass)."),
     SettingSpec("pressure_min_usage_fraction", "policy", "pressureMinUsagePercent", float, 0.85, 0.0, 1.0,
                 "fraction of memory.max", "Pressure only counts with the working set at or above this share."),
     # Object store (Plasma).
@@ -67,7 +78,8 @@ SETTINGS_TABLE: tuple[SettingSpec, ...] = (
                 "fraction of store capacity",
                 "The object store is full at this occupancy; its trend is projected to this point."),
     SettingSpec("store_full_for_s", "policy", "objectStoreFullForSeconds", int, 600, 0, 86400, "s",
-                "How long the store must stay full before a rotation."),
+                "How long the store must stay full, with nothing spilled to disk, before a rotation (a store "
+                "held full while Ray spills is a pipeline working as designed)."),
     # Plateau after growth: a remediation hint, never a rotation.
     SettingSpec("plateau_min_fraction", "policy", "plateauMinUsagePercent", float, 0.6, 0.1, 1.0,
                 "fraction of memory.max", "A plateau is only worth remediating at or above this share of the limit."),
@@ -116,6 +128,9 @@ class PolicySettings:
     min_growth_fraction_per_h: float = _default("min_growth_fraction_per_h")
     deceleration_ratio: float = _default("deceleration_ratio")
     trend_min_consistency: float = _default("trend_min_consistency")
+    rapid_window_s: int = _default("rapid_window_s")
+    rapid_min_span_s: int = _default("rapid_min_span_s")
+    rapid_horizon_s: int = _default("rapid_horizon_s")
     pressure_full_pct: float = _default("pressure_full_pct")
     pressure_for_s: int = _default("pressure_for_s")
     pressure_min_usage_fraction: float = _default("pressure_min_usage_fraction")
@@ -195,6 +210,10 @@ CROSS_RULES: tuple[CrossRule, ...] = (
               "self.trendBucketSeconds * 6 <= self.trendMinSpanSeconds",
               "trendMinSpanSeconds must hold at least 6 trend buckets (trendBucketSeconds)",
               lambda s: s.trend_bucket_s * 6 <= s.trend_min_span_s),
+    CrossRule("!has(self.rapidMinSpanSeconds) || !has(self.rapidWindowSeconds) || "
+              "self.rapidMinSpanSeconds <= self.rapidWindowSeconds",
+              "rapidMinSpanSeconds must not exceed rapidWindowSeconds",
+              lambda s: s.rapid_min_span_s <= s.rapid_window_s),
     CrossRule("!has(self.hysteresisPercent) || !has(self.criticalPercent) || "
               "self.hysteresisPercent < self.criticalPercent",
               "hysteresisPercent must be below criticalPercent",

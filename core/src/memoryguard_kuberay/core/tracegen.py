@@ -12,6 +12,7 @@ trace ends on the row where the working set reaches the limit, with
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import random
@@ -26,7 +27,8 @@ DAY_S = 86400.0
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """Parameters of one synthetic pod. Fractions are of the memory limit."""
+    """Parameters of one synthetic pod. Fractions are of the memory limit
+    (the first one, when ``limit_raise_at_s`` raises it)."""
 
     name: str
     kind: str  # healthy | leak | plasma_leak
@@ -52,6 +54,36 @@ class Shape:
     store_capacity_frac: float = 0.25
     store_base: float = 0.2  # of store capacity
     store_leak_per_h: float = 0.0  # of store capacity
+    # Bursts: the working set jumps to this share of the limit for
+    # burst_len_s (drawn from the range) every burst_gap_s (drawn), no OOM.
+    burst_to: float = 0.0
+    burst_len_s: tuple[float, float] = (240.0, 480.0)
+    burst_gap_s: tuple[float, float] = (1800.0, 5400.0)
+    # Epochs: the working set climbs by epoch_amp through each epoch (its
+    # length drawn from epoch_s) and drops back, leaving epoch_residue behind.
+    epoch_amp: float = 0.0
+    epoch_s: tuple[float, float] = (2400.0, 5400.0)
+    epoch_residue: float = 0.0
+    # Page cache that keeps memory.current at this share of the limit
+    # (reclaimable: given back as anon grows), split active/inactive.
+    cache_mask_to: float = 0.0
+    cache_active_share: float = 0.5
+    # An object store filled on purpose within store_fill_s to store_hold of
+    # its capacity and held there while Ray spills the rest to disk.
+    store_hold: float = 0.0
+    store_fill_s: float = 3600.0
+    spill_gib_per_h: float = 2.0
+    # An in-place resize: the limit becomes limit_raise_to_gib at
+    # limit_raise_at_s, and the workload grows by grow_into (of the first
+    # limit) over grow_s into the new room, then holds.
+    limit_raise_at_s: float = 0.0
+    limit_raise_to_gib: float = 0.0
+    grow_into: float = 0.0
+    grow_s: float = 3600.0
+    # Sidecar outages: this many gaps of 10-60 minutes with no rows.
+    gaps: int = 0
+    no_psi: bool = False  # a host without PSI: pressure columns empty
+    no_store_metrics: bool = False  # Ray without store metrics: plasma columns empty
     seed: int = 0
 
 
@@ -62,14 +94,54 @@ def _leak(shape: Shape, t: float) -> float:
     return shape.leak_per_h * (t - shape.leak_start_s) / 3600.0
 
 
+def _intervals(rng: random.Random, first_s: float, gap_s: tuple[float, float], len_s: tuple[float, float],
+               until_s: float) -> list[tuple[float, float]]:
+    """(start, end) windows: a gap drawn from ``gap_s``, then a window of a
+    length drawn from ``len_s``, again, until ``until_s``."""
+    out: list[tuple[float, float]] = []
+    t = first_s
+    while True:
+        t += rng.uniform(*gap_s)
+        if t >= until_s:
+            return out
+        end = t + rng.uniform(*len_s)
+        out.append((t, end))
+        t = end
+
+
+def _inside(windows: list[tuple[float, float]], t: float) -> tuple[float, float] | None:
+    i = bisect.bisect_right(windows, (t, math.inf)) - 1
+    return windows[i] if i >= 0 and windows[i][0] <= t < windows[i][1] else None
+
+
+def _epochs(rng: random.Random, shape: Shape) -> list[float]:
+    """Start times of the epochs, each of a length drawn from ``epoch_s``."""
+    starts, t = [0.0], 0.0
+    while t <= shape.duration_s:
+        t += rng.uniform(*shape.epoch_s)
+        starts.append(t)
+    return starts
+
+
 def generate(shape: Shape) -> Iterator[Sample]:
     rng = random.Random(shape.seed)
-    limit = int(shape.limit_gib * GIB)
-    cap = int(limit * shape.store_capacity_frac)
+    # The behaviours of issue 13 draw from their own generator, so the
+    # examples made before them stay byte for byte what they were.
+    extra = random.Random(shape.seed * 7919 + 13)
+    limit0 = int(shape.limit_gib * GIB)
+    cap = int(limit0 * shape.store_capacity_frac)
     w = 2 * math.pi / DAY_S
+    bursts = _intervals(extra, 600.0, shape.burst_gap_s, shape.burst_len_s, shape.duration_s) if shape.burst_to else []
+    outages = (_intervals(extra, 3600.0, (shape.duration_s / (shape.gaps + 1) * 0.5,
+                                          shape.duration_s / (shape.gaps + 1)), (600.0, 3600.0), shape.duration_s)
+               [:shape.gaps] if shape.gaps else [])
+    epochs = _epochs(extra, shape) if shape.epoch_amp or shape.epoch_residue else []
+    spilled = 0.0
     leak_acc = 0.0
     t = 0.0
     while t <= shape.duration_s:
+        raised = shape.limit_raise_at_s and t >= shape.limit_raise_at_s
+        limit = int(shape.limit_raise_to_gib * GIB) if raised else limit0
         frac = shape.base + rng.gauss(0.0, shape.noise)
         if shape.sawtooth_amp:
             frac += shape.sawtooth_amp * ((t % shape.sawtooth_period_s) / shape.sawtooth_period_s)
@@ -88,25 +160,65 @@ def generate(shape: Shape) -> Iterator[Sample]:
             frac += leak_acc
         else:
             frac += _leak(shape, t)
+        if epochs:
+            k = bisect.bisect_right(epochs, t) - 1
+            frac += shape.epoch_amp * (t - epochs[k]) / (epochs[k + 1] - epochs[k]) + shape.epoch_residue * k
+        if raised:
+            frac += shape.grow_into * min(1.0, (t - shape.limit_raise_at_s) / shape.grow_s)
         store_frac = shape.store_base + rng.gauss(0.0, 0.01)
         if shape.store_leak_per_h and t > shape.leak_start_s:
             store_frac += shape.store_leak_per_h * (t - shape.leak_start_s) / 3600.0
+        if shape.store_hold:
+            fill = min(1.0, t / shape.store_fill_s)
+            store_frac += (shape.store_hold - shape.store_base) * fill + extra.gauss(0.0, 0.015)
+            if store_frac >= 0.8:  # Ray's object_spilling_threshold
+                # Spilled objects come and go as the pipeline consumes them.
+                spilled = max(0.0, spilled + extra.gauss(0.6, 1.0) * shape.spill_gib_per_h * GIB
+                              * shape.interval_s / 3600.0)
         store_frac = min(1.0, max(0.0, store_frac))
         plasma = int(store_frac * cap)
-        ws = int(max(0.05, frac) * limit) + plasma
-        oom = ws >= limit
-        ws = min(ws, limit)
-        inactive = int(0.025 * limit * (1 + 0.2 * rng.random()))
-        file_b = inactive + int(0.015 * limit)
-        shmem = plasma + int(0.001 * limit)
-        pressure = 60.0 if oom else (max(0.0, (ws / limit - 0.9) * 400) if ws / limit > 0.9 else rng.random() * 0.4)
-        yield Sample(
-            time_s=t, memory_current_bytes=ws + inactive, memory_max_bytes=limit,
-            anon_bytes=max(0, ws - shmem - (file_b - inactive)), file_bytes=file_b, inactive_file_bytes=inactive,
-            shmem_bytes=shmem, plasma_used_bytes=plasma, plasma_capacity_bytes=cap,
-            psi_some_avg10_pct=round(min(100.0, pressure * 1.5), 2), psi_full_avg10_pct=round(min(100.0, pressure), 2),
-            oom_kill_count=1 if oom else 0,
-        )
+        ws = int(max(0.05, frac) * limit0) + plasma
+        burst = _inside(bursts, t)
+        if burst is not None:
+            # Up in about a minute, held, down again: never past the limit.
+            ramp = min(1.0, (t - burst[0]) / 60.0, (burst[1] - t) / 60.0)
+            peak = int((shape.burst_to + extra.uniform(-0.004, 0.004)) * limit)
+            ws = max(ws, int(ws + (peak - ws) * max(0.0, ramp)))
+        # ws so far is what cannot be reclaimed (anon + shmem). The kernel's
+        # own memory rides on it; page cache fills the rest up to the limit
+        # and is reclaimed, inactive first, as the unreclaimable part grows:
+        # the OOM killer comes when nothing is left to reclaim.
+        kernel = int(0.004 * limit0)
+        oom = ws + kernel >= limit
+        ws = min(ws, limit - kernel)
+        inactive_want = int(0.025 * limit0 * (1 + 0.2 * rng.random()))
+        active_want = int(0.015 * limit0)
+        if shape.cache_mask_to:
+            want = max(0, int((shape.cache_mask_to + extra.uniform(-0.01, 0.01)) * limit) - ws - kernel)
+            active_want += int(want * shape.cache_active_share)
+            inactive_want += want - int(want * shape.cache_active_share)
+        room = limit - ws - kernel
+        active = min(active_want, room)
+        inactive = min(inactive_want, room - active)
+        shmem = min(plasma + int(0.001 * limit0), ws)
+        anon = ws - shmem
+        file_b = active + inactive
+        current = ws + kernel + file_b
+        ws = current - inactive  # the working set as kubelet computes it
+        # Reclaim stalls (PSI) once little is left to reclaim.
+        tight = 1 - room / limit
+        pressure = 60.0 if oom else ((tight - 0.9) * 400 if tight > 0.9 else rng.random() * 0.4)
+        if _inside(outages, t) is None or oom:
+            yield Sample(
+                time_s=t, memory_current_bytes=current, memory_max_bytes=limit,
+                anon_bytes=anon, file_bytes=file_b, inactive_file_bytes=inactive, shmem_bytes=shmem,
+                plasma_used_bytes=None if shape.no_store_metrics else plasma,
+                plasma_capacity_bytes=None if shape.no_store_metrics else cap,
+                plasma_spilled_bytes=None if shape.no_store_metrics or not shape.store_hold else int(spilled),
+                psi_some_avg10_pct=None if shape.no_psi else round(min(100.0, pressure * 1.5), 2),
+                psi_full_avg10_pct=None if shape.no_psi else round(min(100.0, pressure), 2),
+                oom_kill_count=1 if oom else 0,
+            )
         if oom:
             return
         t += shape.interval_s
@@ -135,43 +247,152 @@ def example_shapes(seed: int = 7) -> list[Shape]:
               leak_peak_only=True, duration_s=72 * 3600, seed=seed + 10),
         Shape("plasma_never_released", "plasma_leak", limit_gib=96, base=0.2, store_capacity_frac=0.3,
               store_base=0.15, store_leak_per_h=0.06, leak_start_s=3600, seed=seed + 11),
+        # Issue 13's behaviours, one of each, then outages and missing columns.
+        *(behaviour_shape(b, name, random.Random(seed * 100 + k), seed + 20 + k)
+          for k, (b, name) in enumerate(zip(BEHAVIOURS, EXAMPLE_NAMES))),
+        Shape("fragmentation_with_gaps", "healthy", base=0.3, cache_amp=0.45, cache_tau_s=2 * 3600,
+              duration_s=36 * 3600, gaps=5, seed=seed + 40),
+        Shape("leak_with_gaps", "leak", base=0.4, leak_per_h=0.03, sawtooth_amp=0.08, gaps=5,
+              duration_s=60 * 3600, seed=seed + 41),
+        Shape("leak_no_psi_no_store", "leak", limit_gib=24, base=0.3, leak_per_h=0.05, no_psi=True,
+              no_store_metrics=True, duration_s=60 * 3600, seed=seed + 42),
     ]
+
+
+EXAMPLE_NAMES = ("healthy_store_held_full", "healthy_bursts", "healthy_daily_peak", "leak_sudden",
+                 "leak_epoch_residue", "leak_multiday_slow", "leak_cache_masked", "healthy_cache_full",
+                 "healthy_limit_raised", "leak_limit_raised", "healthy_epochs")
+
+
+MIB = 1024**2
+LIMITS_GIB = (16.0, 24.0, 32.0, 48.0, 64.0, 96.0)
+
+
+def behaviour_shape(behaviour: str, name: str, rng: random.Random, seed: int) -> Shape:
+    """One pod showing a behaviour the field reports (issue 13), with its
+    parameters drawn from wide ranges. ``BEHAVIOURS`` lists them."""
+    u = rng.uniform
+    limit = rng.choice(LIMITS_GIB)
+    cap = u(0.15, 0.3)
+    store_base = u(0.05, 0.3)
+    store = cap * store_base  # the store's share of the limit, charged as shmem
+    common: dict[str, Any] = dict(limit_gib=limit, seed=seed, noise=u(0.002, 0.012), store_capacity_frac=cap,
+                                  store_base=store_base, diurnal_phase_s=u(0, DAY_S))
+    if behaviour == "store_held_full":
+        # A pipeline keeps Plasma 90-100% full for a day and Ray spills the rest: no leak.
+        return Shape(name, "healthy", base=u(0.15, 0.85 - cap), duration_s=u(24, 36) * 3600,
+                     store_hold=u(0.9, 1.02), store_fill_s=u(900, 3600), spill_gib_per_h=u(0.5, 5.0),
+                     sawtooth_amp=rng.choice([0.0, u(0.02, 0.06)]), sawtooth_period_s=u(300, 1800), **common)
+    if behaviour == "bursts":
+        return Shape(name, "healthy", base=u(0.3, 0.75) - store, duration_s=u(24, 48) * 3600,
+                     burst_to=u(0.96, 0.99), burst_len_s=(240.0, 480.0), burst_gap_s=(1800.0, 5400.0),
+                     sawtooth_amp=rng.choice([0.0, u(0.02, 0.08)]), sawtooth_period_s=u(300, 1800), **common)
+    if behaviour == "daily_peak":
+        peak, amp = u(0.87, 0.92), u(0.35, 0.7)
+        return Shape(name, "healthy", base=peak - amp - store - 0.01, diurnal_amp=amp,
+                     duration_s=u(48, 72) * 3600, **common)
+    if behaviour == "sudden_leak":
+        base = u(0.25, 0.6) - store
+        saw = rng.choice([0.0, u(0.02, 0.1)])
+        to_oom_h = u(45, 70) / 60
+        return Shape(name, "leak", base=base, sawtooth_amp=saw, sawtooth_period_s=u(300, 1800),
+                     leak_start_s=u(3, 30) * 3600, leak_per_h=(1 - base - store - saw / 2) / to_oom_h,
+                     duration_s=40 * 3600, **common)
+    if behaviour == "epoch_residue":
+        amp = u(0.1, 0.3)
+        residue = u(210, 390) * MIB / (limit * GIB)
+        epoch = (u(2400, 3000), u(4800, 5400))
+        per_h = residue * 3600 / ((epoch[0] + epoch[1]) / 2)
+        base = max(0.05, 1 - store - amp - per_h * u(30, 50))
+        return Shape(name, "leak", base=base, epoch_amp=amp, epoch_s=epoch, epoch_residue=residue,
+                     duration_s=150 * 3600, **common)
+    if behaviour == "epochs_healthy":
+        # Training epochs that climb and give it all back, peaking high.
+        amp = u(0.1, 0.35)
+        return Shape(name, "healthy", base=u(0.8, 0.92) - amp - store, epoch_amp=amp,
+                     epoch_s=(u(2400, 3000), u(4800, 5400)), duration_s=u(36, 60) * 3600, **common)
+    if behaviour == "multiday_slow":
+        per_h = u(100, 200) * MIB / (limit * GIB)
+        swing = rng.choice([0.0, u(0.02, 0.08)])
+        base = max(0.05, 1 - store - swing - per_h * u(60, 90))
+        return Shape(name, "leak", base=base, leak_per_h=per_h, diurnal_amp=swing, sawtooth_amp=u(0.0, 0.04),
+                     sawtooth_period_s=u(300, 1800), duration_s=200 * 3600, **common)
+    if behaviour == "cache_masked_leak":
+        base = u(0.15, 0.45) - store
+        return Shape(name, "leak", base=base, leak_per_h=(1 - base - store) / u(10, 60), cache_mask_to=u(0.96, 0.99),
+                     cache_active_share=u(0.0, 0.9), duration_s=100 * 3600, **common)
+    if behaviour == "cache_full_healthy":
+        return Shape(name, "healthy", base=u(0.2, 0.6) - store, cache_mask_to=u(0.96, 0.99),
+                     cache_active_share=u(0.0, 0.9), sawtooth_amp=rng.choice([0.0, u(0.02, 0.1)]),
+                     duration_s=u(24, 48) * 3600, **common)
+    if behaviour in ("limit_raised", "limit_raised_leak"):
+        base = u(0.4, 0.7) - store
+        to = limit * u(1.25, 2.0)
+        room = to / limit - (base + store)  # the new room, in units of the first limit
+        grow = room * u(0.4, 0.8) if behaviour == "limit_raised" else 0.0
+        raise_at = u(3, 20) * 3600
+        # The leak starts up to 2 h before the resize and carries on into the new room.
+        leak_at = max(0.0, raise_at - u(0, 2) * 3600)
+        leak = 0.0 if behaviour == "limit_raised" else (room + 1 - base - store) / u(8, 30)
+        return Shape(name, "healthy" if behaviour == "limit_raised" else "leak", base=base, leak_start_s=leak_at,
+                     limit_raise_at_s=raise_at, limit_raise_to_gib=to, grow_into=grow, grow_s=u(0.5, 4) * 3600,
+                     leak_per_h=leak, sawtooth_amp=rng.choice([0.0, u(0.02, 0.06)]), duration_s=60 * 3600, **common)
+    raise ValueError(f"unknown behaviour {behaviour!r}")
+
+
+BEHAVIOURS: tuple[str, ...] = ("store_held_full", "bursts", "daily_peak", "sudden_leak", "epoch_residue",
+                               "multiday_slow", "cache_masked_leak", "cache_full_healthy", "limit_raised",
+                               "limit_raised_leak", "epochs_healthy")
+
+
+def _legacy_shape(i: int, rng: random.Random, seed: int) -> Shape:
+    """The behaviours of the first examples, drawn from wide ranges."""
+    u = rng.uniform
+    common: dict[str, Any] = dict(limit_gib=rng.choice([16.0, 32.0, 48.0, 64.0, 96.0]), seed=seed * 1000 + i,
+                                  noise=u(0.002, 0.02), store_base=u(0.1, 0.35), diurnal_phase_s=u(0, DAY_S))
+    kind = rng.choice(["healthy", "healthy", "healthy", "leak", "leak", "plasma_leak"])
+    if kind == "healthy":
+        s = Shape(f"rand{i:03d}_healthy", "healthy", base=u(0.15, 0.4), duration_s=u(24, 48) * 3600,
+                  sawtooth_amp=rng.choice([0.0, u(0.05, 0.3)]), sawtooth_period_s=u(300, 3600),
+                  diurnal_amp=rng.choice([0.0, u(0.1, 0.4)]),
+                  warmup_amp=rng.choice([0.0, u(0.1, 0.45)]), warmup_tau_s=u(300, 2400),
+                  cache_amp=rng.choice([0.0, u(0.1, 0.35)]), cache_tau_s=u(1, 6) * 3600,
+                  spike_amp=rng.choice([0.0, u(0.1, 0.35)]), spike_len_s=u(30, 180), **common)
+        # Keep a healthy pod's peaks below the limit: it must not OOM by construction.
+        peak = (s.store_base * s.store_capacity_frac + s.base + s.sawtooth_amp + s.diurnal_amp
+                + s.warmup_amp + s.cache_amp + s.spike_amp + 0.1)
+        if peak > 0.97:
+            scale = 0.87 / (peak - 0.1)
+            s = dataclasses.replace(s, base=s.base * scale, sawtooth_amp=s.sawtooth_amp * scale,
+                                    diurnal_amp=s.diurnal_amp * scale, warmup_amp=s.warmup_amp * scale,
+                                    cache_amp=s.cache_amp * scale, spike_amp=s.spike_amp * scale)
+        return s
+    if kind == "leak":
+        return Shape(f"rand{i:03d}_leak", "leak", base=u(0.2, 0.5), duration_s=120 * 3600,
+                     leak_per_h=10 ** u(-1.8, -1.1), leak_start_s=rng.choice([0.0, u(2, 10) * 3600]),
+                     leak_peak_only=rng.random() < 0.2, sawtooth_amp=rng.choice([0.0, u(0.03, 0.12)]),
+                     sawtooth_period_s=u(300, 2400), diurnal_amp=rng.choice([0.0, u(0.03, 0.12)]),
+                     warmup_amp=rng.choice([0.0, u(0.05, 0.2)]), **common)
+    return Shape(f"rand{i:03d}_plasma", "plasma_leak", base=u(0.15, 0.35), duration_s=48 * 3600,
+                 store_leak_per_h=u(0.02, 0.12), leak_start_s=u(0, 6) * 3600, **common)
 
 
 def random_shapes(n: int, seed: int) -> list[Shape]:
     """``n`` pods drawn from wide parameter ranges, for robustness checks on
-    behaviour the policy was never shown (about a third leak)."""
+    behaviour the policy was never shown: half the first examples' kinds,
+    half the behaviours of ``BEHAVIOURS``; any of them may have sidecar
+    outages, no PSI, or no object-store metrics."""
     rng = random.Random(seed)
     out: list[Shape] = []
     for i in range(n):
-        u = rng.uniform
-        common: dict[str, Any] = dict(limit_gib=rng.choice([16.0, 32.0, 48.0, 64.0, 96.0]), seed=seed * 1000 + i,
-                      noise=u(0.002, 0.02), store_base=u(0.1, 0.35), diurnal_phase_s=u(0, DAY_S))
-        kind = rng.choice(["healthy", "healthy", "healthy", "leak", "leak", "plasma_leak"])
-        if kind == "healthy":
-            s = Shape(f"rand{i:03d}_healthy", "healthy", base=u(0.15, 0.4), duration_s=u(24, 48) * 3600,
-                      sawtooth_amp=rng.choice([0.0, u(0.05, 0.3)]), sawtooth_period_s=u(300, 3600),
-                      diurnal_amp=rng.choice([0.0, u(0.1, 0.4)]),
-                      warmup_amp=rng.choice([0.0, u(0.1, 0.45)]), warmup_tau_s=u(300, 2400),
-                      cache_amp=rng.choice([0.0, u(0.1, 0.35)]), cache_tau_s=u(1, 6) * 3600,
-                      spike_amp=rng.choice([0.0, u(0.1, 0.35)]), spike_len_s=u(30, 180), **common)
-            # Keep a healthy pod's peaks below the limit: it must not OOM by construction.
-            peak = (s.store_base * s.store_capacity_frac + s.base + s.sawtooth_amp + s.diurnal_amp
-                    + s.warmup_amp + s.cache_amp + s.spike_amp + 0.1)
-            if peak > 0.97:
-                scale = 0.87 / (peak - 0.1)
-                s = dataclasses.replace(s, base=s.base * scale, sawtooth_amp=s.sawtooth_amp * scale,
-                                        diurnal_amp=s.diurnal_amp * scale, warmup_amp=s.warmup_amp * scale,
-                                        cache_amp=s.cache_amp * scale, spike_amp=s.spike_amp * scale)
-        elif kind == "leak":
-            s = Shape(f"rand{i:03d}_leak", "leak", base=u(0.2, 0.5), duration_s=120 * 3600,
-                      leak_per_h=10 ** u(-1.8, -1.1), leak_start_s=rng.choice([0.0, u(2, 10) * 3600]),
-                      leak_peak_only=rng.random() < 0.2, sawtooth_amp=rng.choice([0.0, u(0.03, 0.12)]),
-                      sawtooth_period_s=u(300, 2400), diurnal_amp=rng.choice([0.0, u(0.03, 0.12)]),
-                      warmup_amp=rng.choice([0.0, u(0.05, 0.2)]), **common)
+        if rng.random() < 0.5:
+            s = _legacy_shape(i, rng, seed)
         else:
-            s = Shape(f"rand{i:03d}_plasma", "plasma_leak", base=u(0.15, 0.35), duration_s=48 * 3600,
-                      store_leak_per_h=u(0.02, 0.12), leak_start_s=u(0, 6) * 3600, **common)
+            b = rng.choice(BEHAVIOURS)
+            s = behaviour_shape(b, f"rand{i:03d}_{b}", rng, seed * 1000 + i)
+        # (A Plasma leak keeps its store metrics: without them it is not labelled.)
+        s = dataclasses.replace(s, gaps=rng.choice([0, 0, 0, rng.randint(1, 6)]), no_psi=rng.random() < 0.15,
+                                no_store_metrics=s.kind != "plasma_leak" and rng.random() < 0.15)
         out.append(s)
     return out
 

@@ -24,6 +24,7 @@ GAUGES: tuple[tuple[str, str, Callable[[Sample], float | int | None]], ...] = (
     ("shmem_bytes", "memory.stat shmem", lambda s: s.shmem_bytes),
     ("plasma_used_bytes", "live bytes in the Ray object store", lambda s: s.plasma_used_bytes),
     ("plasma_capacity_bytes", "Ray object store capacity", lambda s: s.plasma_capacity_bytes),
+    ("plasma_spilled_bytes", "Ray objects spilled to disk", lambda s: s.plasma_spilled_bytes),
     ("psi_some_avg10_percent", "memory.pressure some avg10", lambda s: s.psi_some_avg10_pct),
     ("psi_full_avg10_percent", "memory.pressure full avg10", lambda s: s.psi_full_avg10_pct),
     ("oom_kills", "memory.events oom_kill since the container started", lambda s: s.oom_kill_count),

@@ -20,7 +20,11 @@ from memoryguard_kuberay.sidecar.parsers import prom_values
 USED = b"ray_object_store_used_memory"
 AVAILABLE = b"ray_object_store_available_memory"
 FALLBACK = b"ray_object_store_fallback_memory"
-WANTED = frozenset({USED, AVAILABLE, FALLBACK})
+# Bytes of objects spilled to disk and still there: one series of this name
+# per location (MMAP_SHM, MMAP_DISK, SPILLED, WORKER_HEAP).
+BY_LOCATION = b"ray_object_store_memory"
+SPILLED_ONLY = {BY_LOCATION: b'Location="SPILLED"'}
+WANTED = frozenset({USED, AVAILABLE, FALLBACK, BY_LOCATION})
 MAX_PAGE_BYTES = 8 * 1024 * 1024
 
 
@@ -29,6 +33,7 @@ class StoreReading:
     used_bytes: int | None = None
     capacity_bytes: int | None = None
     fallback_bytes: int | None = None
+    spilled_bytes: int | None = None
 
 
 class RayMetricsScraper:
@@ -60,10 +65,13 @@ class RayMetricsScraper:
             self.last = StoreReading()
             return self.last
         used, avail, fallback = values.get(USED), values.get(AVAILABLE), values.get(FALLBACK)
+        spilled = values.get(BY_LOCATION)
         self.last = StoreReading(
             used_bytes=None if used is None else int(used),
             capacity_bytes=None if used is None or avail is None else int(used + avail),
             fallback_bytes=None if fallback is None else int(fallback),
+            # Absent until Ray has spilled something: with the store known, that is 0.
+            spilled_bytes=int(spilled) if spilled is not None else (None if used is None else 0),
         )
         return self.last
 
@@ -75,7 +83,7 @@ class RayMetricsScraper:
             if resp.status != 200:
                 raise ValueError(f"HTTP {resp.status}")
             lines = _bounded_lines(resp, MAX_PAGE_BYTES)
-            return prom_values(lines, WANTED)
+            return prom_values(lines, WANTED, SPILLED_ONLY)
         finally:
             conn.close()
 

@@ -7,7 +7,7 @@ Property tests feed them arbitrary bytes (tests/sidecar/test_parsers.py).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 # cgroup v1 reports "no limit" as a page-rounded LONG_MAX; anything this big
 # is no limit (no machine has 1 EiB of memory).
@@ -77,16 +77,23 @@ def parse_psi(data: bytes | None) -> dict[str, float]:
     return out
 
 
-def prom_values(lines: Iterable[bytes], names: frozenset[bytes]) -> dict[bytes, float]:
+def prom_values(lines: Iterable[bytes], names: frozenset[bytes],
+                only: Mapping[bytes, bytes] | None = None) -> dict[bytes, float]:
     """Sum the samples of the wanted metric names in Prometheus text format,
     line by line, without building the page into objects. Label sets of one
-    name are summed (one raylet per pod reports one series per name)."""
+    name are summed (one raylet per pod reports one series per name), or for
+    a name in ``only``, just those whose labels contain its fragment
+    (``Location="SPILLED"``)."""
     out: dict[bytes, float] = {}
+    only = only or {}
     for line in lines:
         if not line or line[0] == 35:  # '#'
             continue
         name = line.split(b"{", 1)[0].split(b" ", 1)[0]
         if name not in names:
+            continue
+        fragment = only.get(name)
+        if fragment is not None and fragment not in line.rsplit(b"}", 1)[0]:
             continue
         parts = line.rsplit(b"}", 1)[-1].split() if b"}" in line else line.split()[1:]
         if not parts:

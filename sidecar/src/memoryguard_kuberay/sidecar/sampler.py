@@ -77,6 +77,7 @@ class Sampler:
             shmem_bytes=m.shmem_bytes if m else None,
             plasma_used_bytes=store.used_bytes,
             plasma_capacity_bytes=store.capacity_bytes,
+            plasma_spilled_bytes=store.spilled_bytes,
             psi_some_avg10_pct=m.psi_some_avg10_pct if m else None,
             psi_full_avg10_pct=m.psi_full_avg10_pct if m else None,
             oom_kill_count=m.oom_kill_count if m else None,

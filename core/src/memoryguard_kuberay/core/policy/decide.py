@@ -31,9 +31,10 @@ class Rule:
 
 RULES: tuple[Rule, ...] = (
     Rule(Reason.OOM_KILLED, Action.ROTATE, ((detectors.oom_kills,),)),
+    Rule(Reason.RAPID_GROWTH, Action.ROTATE, ((detectors.rapid_growth,),)),
     Rule(Reason.CRITICAL_USAGE, Action.ROTATE, ((detectors.critical_usage,),)),
     Rule(Reason.MEMORY_PRESSURE, Action.ROTATE, ((detectors.pressure, detectors.high_usage),)),
-    Rule(Reason.PROJECTED_OOM, Action.ROTATE, ((detectors.creep,),)),
+    Rule(Reason.PROJECTED_OOM, Action.ROTATE, ((detectors.creep,), (detectors.floor_rising,))),
     Rule(Reason.OBJECT_STORE_FULL, Action.ROTATE, ((detectors.store_full,),)),
     Rule(Reason.OBJECT_STORE_FILLING, Action.ROTATE, ((detectors.store_filling,),)),
     Rule(Reason.GROWTH_PLATEAU, Action.REMEDIATE, ((detectors.plateau,),)),
@@ -54,12 +55,18 @@ def evidence_for(obs: Observation) -> Evidence:
     if last is None:
         return Evidence()
     ws_proj, st_proj = obs.creep[1], obs.filling[1]
+    if obs.rapid[0].fired:
+        ws_proj = obs.rapid[1]
+    elif obs.floor[0].fired and not obs.creep[0].fired:
+        ws_proj = obs.floor[1]
     return Evidence(
+        used_bytes=last.unreclaimable_bytes,
         working_set_bytes=last.working_set_bytes,
         limit_bytes=last.memory_max_bytes,
         slope_bytes_per_h=ws_proj.slope_per_s * 3600 if ws_proj else None,
         projected_oom_s=ws_proj.eta_s if ws_proj and ws_proj.sustained else None,
         store_fraction=last.store_fraction,
+        spilled_bytes=last.plasma_spilled_bytes,
         store_projected_full_s=st_proj.eta_s if st_proj and st_proj.sustained else None,
         psi_some_avg10_pct=last.psi_some_avg10_pct,
         psi_full_avg10_pct=last.psi_full_avg10_pct,
@@ -69,12 +76,13 @@ def evidence_for(obs: Observation) -> Evidence:
 
 
 def summary(ev: Evidence) -> str:
-    """``working set 41.2 GiB of 64.0 GiB (64%), +4.4 GiB/h``."""
-    if ev.working_set_bytes is None:
-        return "working set unknown"
-    text = f"working set {fmt_bytes(ev.working_set_bytes)}"
+    """``in use 41.2 GiB of 64.0 GiB (64%), +4.4 GiB/h``: memory in use is
+    what the kernel cannot reclaim (anon + shmem), page cache aside."""
+    if ev.used_bytes is None:
+        return "memory in use unknown"
+    text = f"in use {fmt_bytes(ev.used_bytes)}"
     if ev.limit_bytes:
-        text += f" of {fmt_bytes(ev.limit_bytes)} ({ev.working_set_bytes / ev.limit_bytes:.0%})"
+        text += f" of {fmt_bytes(ev.limit_bytes)} ({ev.used_bytes / ev.limit_bytes:.0%})"
     if ev.slope_bytes_per_h is not None:
         text += f", {fmt_rate(ev.slope_bytes_per_h)}"
     if ev.store_fraction is not None:
@@ -169,7 +177,7 @@ def urgency(decision: Decision | None) -> float:
     if decision is None:
         return float("inf")
     ev = decision.evidence
-    if decision.reason is Reason.PROJECTED_OOM and ev.projected_oom_s is not None:
+    if decision.reason in (Reason.PROJECTED_OOM, Reason.RAPID_GROWTH) and ev.projected_oom_s is not None:
         return ev.projected_oom_s
     if decision.reason is Reason.OBJECT_STORE_FILLING and ev.store_projected_full_s is not None:
         return ev.store_projected_full_s

@@ -35,40 +35,128 @@ class Projection:
 
 
 def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: float,
-            settings: PolicySettings) -> Projection | None:
-    """Project a series' trend to ``ceiling``. None before any fit exists."""
+            settings: PolicySettings, min_span_s: float | None = None, min_tau: float | None = None,
+            highest_peaks: bool = False) -> Projection | None:
+    """Project a series' trend to ``ceiling``. None before any fit exists.
+    The span and consistency needed default to the trend settings'; peaks
+    ride above the trend by their median offset, or by their highest."""
     fit = series.fit
     if fit is None:
         return None
     slope = fit.line.slope
-    level = fit.level_at(now_s) + fit.peak_offset
-    eta = (ceiling - level) / slope if slope > 0 else None
+    level = fit.level_at(now_s) + (fit.peak_max_offset if highest_peaks else fit.peak_offset)
+    # The time left at the recent pace when that is slower: growth that
+    # eases off towards a daily peak is not projected at its morning pace.
+    pace = min(slope, fit.recent.slope) if fit.recent is not None and fit.recent.slope > 0 else slope
+    eta = (ceiling - level) / pace if slope > 0 else None
     if eta is not None and eta < 0:
         eta = 0.0
     why_not = ""
-    if fit.span_s < settings.trend_min_span_s:
+    if fit.span_s < (settings.trend_min_span_s if min_span_s is None else min_span_s):
         why_not = f"only {fmt_duration(fit.span_s)} of history"
     elif slope < min_slope_per_s:
         why_not = "no sustained growth"
-    elif fit.line.tau < settings.trend_min_consistency:
+    elif fit.line.tau < (settings.trend_min_consistency if min_tau is None else min_tau):
         why_not = f"growth is not consistent (Kendall tau {fit.line.tau:.2f})"
-    elif fit.recent is None or fit.recent.slope < settings.deceleration_ratio * slope:
+    elif fit.recent is None or fit.recent.slope < settings.deceleration_ratio * max(
+            slope, fit.early.slope if fit.early is not None else slope):
         why_not = "growth is slowing down (warm-up or a cache filling to its bound)"
+    elif fit.top is not None and fit.top[0] > now_s and fit.top[1] + fit.peak_offset < ceiling:
+        why_not = f"growth is levelling off below the limit, topping out in {fmt_duration(fit.top[0] - now_s)}"
     return Projection(slope_per_s=slope, level=level, eta_s=eta, sustained=not why_not, why_not=why_not)
+
+
+RESIZE_SETTLE_WINDOWS = 2  # trend windows the trend waits after an in-place resize
+# Memory in use (anon + shmem) meets the OOM killer a little below the limit:
+# the kernel's own memory and the last pages of cache are charged there too.
+OOM_AT = 0.99
 
 
 def creep_projection(window: PodWindow, settings: PolicySettings,
                      now_s: float) -> tuple[Verdict, Projection | None]:
-    """A sustained upward trend of the working set whose projection reaches
+    """A sustained upward trend of memory in use whose projection reaches
     the limit within the horizon."""
-    limit = window.last.memory_max_bytes if window.last else None
+    limit = window.limit_bytes
     if not limit:
         return NO, None
-    p = project(window.working_set, now_s=now_s, ceiling=float(limit),
+    p = project(window.used, now_s=now_s, ceiling=OOM_AT * limit,
                 min_slope_per_s=settings.min_growth_fraction_per_h * limit / 3600.0, settings=settings)
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
         return NO, p
+    if window.resized and window.age_s < RESIZE_SETTLE_WINDOWS * settings.trend_window_s:
+        # After an in-place resize the workload may grow into its new room
+        # for hours: the trend waits until growth has had time to stop.
+        return NO, p
     return Verdict(True, f"growing {fmt_rate(p.slope_per_s * 3600)}, projected OOM in {fmt_duration(p.eta_s)}"), p
+
+
+# Rapid growth must rise this steadily (Kendall tau of one-minute means) and
+# this fast: slower growth has time to show in the trend.
+RAPID_MIN_TAU = 0.8
+RAPID_MIN_GROWTH_PER_H = 0.1  # of the limit
+RAPID_NEW_GROUND = 0.03  # of the limit above the highest peak before the climb
+RAPID_HISTORY_S = 3600.0
+
+
+def rapid_projection(window: PodWindow, settings: PolicySettings,
+                     now_s: float) -> tuple[Verdict, Projection | None]:
+    """A leak that reaches the limit within the hour (the trend, fitted over
+    hours, sees it too late): steady growth of one-minute means for at least
+    ``rapid_min_span_s``, projected to the limit within ``rapid_horizon_s``.
+    A burst rises in a minute and holds: not steady growth."""
+    limit = window.limit_bytes
+    if not limit:
+        return NO, None
+    p = project(window.rapid, now_s=now_s, ceiling=OOM_AT * limit,
+                min_slope_per_s=RAPID_MIN_GROWTH_PER_H * limit / 3600.0, settings=settings,
+                min_span_s=settings.rapid_min_span_s, min_tau=RAPID_MIN_TAU)
+    if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.rapid_horizon_s:
+        return NO, p
+    if window.resized and window.age_s < settings.trend_window_s:
+        return NO, p  # growing into the room a resize just gave (the critical rule still watches)
+    # New ground only: a climb the pod has made before and come back from (an
+    # epoch, a batch, a sawtooth) stops where it stopped then.
+    # The pod's first climbs are its warm-up: an hour of history before the
+    # climb tells what it has done before.
+    before = window.rapid.buckets[0].start_s if window.rapid.buckets else now_s
+    seen = [b for b in window.used.buckets if b.start_s + window.used.bucket_s <= before]
+    if not seen or before - seen[0].start_s < RAPID_HISTORY_S:
+        return NO, p
+    level = window.rapid.buckets[-1].mean
+    if level < max(b.peak for b in seen) + RAPID_NEW_GROUND * limit:
+        return NO, p
+    return Verdict(True, f"growing fast and steadily, {fmt_rate(p.slope_per_s * 3600)}, projected OOM in "
+                         f"{fmt_duration(p.eta_s)}"), p
+
+
+DAY_S = 86400.0
+FLOOR_MIN_SPAN_S = 24 * 3600.0  # a whole day of floors: a daily swing is not a trend
+FLOOR_MIN_TAU = 0.6
+
+
+def floor_projection(window: PodWindow, settings: PolicySettings,
+                     now_s: float) -> tuple[Verdict, Projection | None]:
+    """The floor rising: a workload that climbs and drops back every epoch
+    or batch, but never quite as low as before (memory no epoch frees), or a
+    leak too slow and noisy for hours to show. Fitted over a day of two-hour
+    lows; projected with the swing above the floor to the limit."""
+    limit = window.limit_bytes
+    if not limit:
+        return NO, None
+    p = project(window.floor, now_s=now_s, ceiling=OOM_AT * limit,
+                min_slope_per_s=settings.min_growth_fraction_per_h * limit / 3600.0, settings=settings,
+                min_span_s=FLOOR_MIN_SPAN_S, min_tau=FLOOR_MIN_TAU, highest_peaks=True)
+    if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
+        return NO, p
+    # Above yesterday's floor at the same hour, by at least half the trend:
+    # a daily swing fitted over one day can slope, but it comes back.
+    day = int(DAY_S // window.floor.bucket_s)
+    lows = [b.low for b in window.floor.buckets]
+    rises = [lows[i + day] - lows[i] for i in range(len(lows) - day)]
+    if not rises or min(rises) < 0.5 * p.slope_per_s * DAY_S:
+        return NO, p
+    return Verdict(True, f"the floor it returns to rises {fmt_rate(p.slope_per_s * 3600)} over a day, projected "
+                         f"OOM in {fmt_duration(p.eta_s)}"), p
 
 
 def store_projection(window: PodWindow, settings: PolicySettings,
@@ -77,6 +165,10 @@ def store_projection(window: PodWindow, settings: PolicySettings,
     that are never released: a Plasma reference leak)."""
     p = project(window.store, now_s=now_s, ceiling=settings.store_full_fraction,
                 min_slope_per_s=settings.min_growth_fraction_per_h / 3600.0, settings=settings)
+    if p is not None and window.spilling(now_s):
+        # Objects a leak pins are never released; a store Ray spills from is
+        # being consumed and refilled by a pipeline.
+        return NO, p
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
         return NO, p
     return Verdict(True, f"object store {p.level:.0%} full, filling {p.slope_per_s * 360000:.1f} points/h, "
@@ -94,11 +186,14 @@ class Observation:
     now_s: float
     creep: tuple[Verdict, Projection | None]
     filling: tuple[Verdict, Projection | None]
+    rapid: tuple[Verdict, Projection | None]
+    floor: tuple[Verdict, Projection | None]
 
     @classmethod
     def at(cls, window: PodWindow, settings: PolicySettings, now_s: float) -> Observation:
         return cls(window, settings, now_s, creep_projection(window, settings, now_s),
-                   store_projection(window, settings, now_s))
+                   store_projection(window, settings, now_s), rapid_projection(window, settings, now_s),
+                   floor_projection(window, settings, now_s))
 
 
 # -- the detectors: Observation -> Verdict ---------------------------------------------
@@ -108,6 +203,14 @@ def creep(obs: Observation) -> Verdict:
 
 def store_filling(obs: Observation) -> Verdict:
     return obs.filling[0]
+
+
+def rapid_growth(obs: Observation) -> Verdict:
+    return obs.rapid[0]
+
+
+def floor_rising(obs: Observation) -> Verdict:
+    return obs.floor[0]
 
 
 def _held(timer: HoldTimer, needed_s: float, now_s: float) -> float | None:
@@ -135,14 +238,15 @@ def pressure(obs: Observation) -> Verdict:
 def store_full(obs: Observation) -> Verdict:
     s = obs.settings
     held = _held(obs.window.store_full, s.store_full_for_s, obs.now_s)
-    if held is None:
+    if held is None or obs.window.spilling(obs.now_s):
         return NO
-    return Verdict(True, f"object store at or above {s.store_full_fraction:.0%} for {fmt_duration(held)}")
+    return Verdict(True, f"object store at or above {s.store_full_fraction:.0%} for {fmt_duration(held)}, "
+                         "nothing spilled to disk")
 
 
 def high_usage(obs: Observation) -> Verdict:
     last = obs.window.last
-    frac = last.working_set_fraction if last else None
+    frac = last.used_fraction if last else None
     if frac is None or frac < obs.settings.pressure_min_usage_fraction:
         return NO
     return Verdict(True, f"{frac:.0%} of the limit")
@@ -160,9 +264,9 @@ def plateau(obs: Observation) -> Verdict:
     shape of allocator fragmentation (or a cache at its bound). Worth
     jemalloc, never a rotation."""
     window, settings, now_s = obs.window, obs.settings, obs.now_s
-    limit = window.last.memory_max_bytes if window.last else None
-    fit = window.working_set.fit
-    base = window.baseline_ws_bytes
+    limit = window.limit_bytes
+    fit = window.used.fit
+    base = window.baseline_used_bytes
     if not limit or fit is None or base is None or fit.span_s < settings.trend_min_span_s:
         return NO
     level = fit.level_at(now_s)

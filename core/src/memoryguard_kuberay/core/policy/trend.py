@@ -52,3 +52,33 @@ def theil_sen(ts: Sequence[float], ys: Sequence[float]) -> Line | None:
     # Sorted once: positives and negatives are counted by bisection.
     concordant = (m - bisect.bisect_right(slopes, 0.0)) - bisect.bisect_left(slopes, 0.0)
     return Line(slope=b, intercept=a, tau=concordant / m)
+
+
+def concave_top(ts: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
+    """Fit ``y = a + b t + c t^2`` by least squares; when it bends down
+    (``c < 0``), the time and height of its top, else None. Growth that is
+    levelling off (a daily load nearing its peak) tops out there."""
+    n = len(ts)
+    if n < 5:
+        return None
+    t0 = sum(ts) / n
+    scale = (max(ts) - min(ts)) or 1.0
+    xs = [(t - t0) / scale for t in ts]  # centred and scaled: a well-conditioned system
+    s1 = sum(xs)
+    s2 = sum(x * x for x in xs)
+    s3 = sum(x**3 for x in xs)
+    s4 = sum(x**4 for x in xs)
+    y0 = sum(ys)
+    y1 = sum(x * y for x, y in zip(xs, ys))
+    y2 = sum(x * x * y for x, y in zip(xs, ys))
+    # Normal equations [[n s1 s2] [s1 s2 s3] [s2 s3 s4]] (a b c) = (y0 y1 y2), by Cramer's rule.
+    det = n * (s2 * s4 - s3 * s3) - s1 * (s1 * s4 - s3 * s2) + s2 * (s1 * s3 - s2 * s2)
+    if abs(det) < 1e-12:
+        return None
+    a = (y0 * (s2 * s4 - s3 * s3) - s1 * (y1 * s4 - s3 * y2) + s2 * (y1 * s3 - s2 * y2)) / det
+    b = (n * (y1 * s4 - s3 * y2) - y0 * (s1 * s4 - s3 * s2) + s2 * (s1 * y2 - y1 * s2)) / det
+    c = (n * (s2 * y2 - y1 * s3) - s1 * (s1 * y2 - y1 * s2) + y0 * (s1 * s3 - s2 * s2)) / det
+    if c >= 0:
+        return None
+    x_top = -b / (2 * c)
+    return t0 + x_top * scale, a + b * x_top + c * x_top * x_top

@@ -25,6 +25,7 @@ class Reason(str, enum.Enum):
     ROTATION_IN_PROGRESS = "RotationInProgress"
     # Rotate.
     OOM_KILLED = "OOMKillSeen"
+    RAPID_GROWTH = "RapidGrowth"
     CRITICAL_USAGE = "CriticalUsage"
     MEMORY_PRESSURE = "MemoryPressure"
     PROJECTED_OOM = "ProjectedOOM"
@@ -39,12 +40,14 @@ class Reason(str, enum.Enum):
 class Evidence:
     """The numbers behind a decision. Every field may be unknown (None)."""
 
-    working_set_bytes: int | None = None
+    used_bytes: int | None = None  # anon + shmem: what the kernel cannot reclaim
+    working_set_bytes: int | None = None  # memory.current - inactive_file
     limit_bytes: int | None = None
     slope_bytes_per_h: float | None = None
     projected_oom_s: float | None = None  # seconds from now until the limit
     store_fraction: float | None = None
     store_projected_full_s: float | None = None
+    spilled_bytes: int | None = None
     psi_some_avg10_pct: float | None = None
     psi_full_avg10_pct: float | None = None
     oom_kills_seen: int | None = None

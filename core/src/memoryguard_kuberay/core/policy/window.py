@@ -12,9 +12,16 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 
-from memoryguard_kuberay.core.policy.trend import Line, median, theil_sen
+from memoryguard_kuberay.core.policy.trend import Line, concave_top, median, theil_sen
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
+
+RAPID_BUCKET_S = 60.0  # the rapid-growth series: one-minute means
+# The floor: the lowest reading of each two hours (an epoch, a batch cycle or
+# a sawtooth of up to two hours has its trough in every bucket), over a day and
+# a bit, so that a daily swing is seen whole.
+FLOOR_BUCKET_S = 7200.0
+FLOOR_WINDOW_S = 28 * 3600.0
 
 
 @dataclasses.dataclass
@@ -23,11 +30,13 @@ class Bucket:
     n: int = 0
     total: float = 0.0
     peak: float = 0.0
+    low: float = 0.0
 
     def add(self, value: float) -> None:
         self.n += 1
         self.total += value
         self.peak = value if self.n == 1 else max(self.peak, value)
+        self.low = value if self.n == 1 else min(self.low, value)
 
     @property
     def mean(self) -> float:
@@ -40,8 +49,11 @@ class TrendFit:
 
     line: Line  # whole window
     recent: Line | None  # the recent half only
+    early: Line | None  # the earlier half only
     span_s: float  # time covered by the fitted buckets
     peak_offset: float  # median of (bucket peak - line): how far peaks ride above the trend
+    peak_max_offset: float  # the highest of them
+    top: tuple[float, float] | None = None  # (time, height) where a bending-down fit tops out
 
     def level_at(self, t: float) -> float:
         return self.line.at(t)
@@ -79,11 +91,17 @@ class HoldTimer:
 
 
 class Series:
-    """One bucketed series (working set bytes, or store occupancy) with its
-    cached trend fit."""
+    """One bucketed series (memory in use, or store occupancy) with its
+    cached trend fit. The window is a span of time, not a count of buckets:
+    after an outage of the sidecar, buckets older than the window leave it,
+    so a fit never spans more than ``window_s`` of the pod's life."""
 
-    def __init__(self, bucket_s: float, window_s: float) -> None:
+    def __init__(self, bucket_s: float, window_s: float, *, on_lows: bool = False) -> None:
         self.bucket_s = bucket_s
+        self.window_s = window_s
+        # Fit the buckets' lows instead of their means: the floor a workload
+        # returns to between epochs, batches or days.
+        self.on_lows = on_lows
         self.buckets: deque[Bucket] = deque(maxlen=max(2, int(window_s // bucket_s)))
         self.open: Bucket | None = None
         self.fit: TrendFit | None = None
@@ -95,6 +113,9 @@ class Series:
             if self.open.n:
                 self.buckets.append(self.open)
                 closed = self.open
+                oldest = closed.start_s + self.bucket_s - self.window_s
+                while self.buckets[0].start_s < oldest:
+                    self.buckets.popleft()
                 self.fit = self._refit()
             self.open = None
         if value is None:
@@ -110,14 +131,17 @@ class Series:
             return None
         half = self.bucket_s / 2
         ts = [b.start_s + half for b in bs]
-        ys = [b.mean for b in bs]
+        ys = [b.low for b in bs] if self.on_lows else [b.mean for b in bs]
         line = theil_sen(ts, ys)
         if line is None:
             return None
         k = len(bs) // 2
         recent = theil_sen(ts[k:], ys[k:]) if len(bs) - k >= 3 else None
-        offset = max(0.0, median([b.peak - line.at(t) for b, t in zip(bs, ts)]))
-        return TrendFit(line=line, recent=recent, span_s=ts[-1] - ts[0] + self.bucket_s, peak_offset=offset)
+        early = theil_sen(ts[:k], ys[:k]) if k >= 3 else None
+        offsets = [b.peak - line.at(t) for b, t in zip(bs, ts)]
+        return TrendFit(line=line, recent=recent, early=early, span_s=ts[-1] - ts[0] + self.bucket_s,
+                        peak_offset=max(0.0, median(offsets)), peak_max_offset=max(0.0, *offsets),
+                        top=concave_top(ts, ys))
 
 
 class PodWindow:
@@ -127,16 +151,30 @@ class PodWindow:
         self.settings = settings
         self.first_s: float | None = None
         self.last: Sample | None = None
-        self.working_set = Series(settings.trend_bucket_s, settings.trend_window_s)
-        self.store = Series(settings.trend_bucket_s, settings.trend_window_s)
-        self.critical = HoldTimer()
-        self.pressure = HoldTimer()
-        self.store_full = HoldTimer()
-        self._first_oom_kills: int | None = None
-        self.oom_kills_seen = 0  # kernel OOM kills observed since we started watching
-        self.baseline_ws_bytes: float | None = None  # level once warm-up is over
         self.samples_seen = 0
         self.samples_rejected = 0
+        self._first_oom_kills: int | None = None
+        self.oom_kills_seen = 0  # kernel OOM kills observed since we started watching
+        self.store = Series(settings.trend_bucket_s, settings.trend_window_s)
+        self.store_full = HoldTimer()
+        self.pressure = HoldTimer()
+        self.last_spill_s: float | None = None  # newest sample that showed objects spilled to disk
+        self._start_regime(None, None)
+
+    def _start_regime(self, t: float | None, limit: int | None) -> None:
+        """Memory history that is judged against one limit. An in-place
+        resize (Kubernetes 1.33+) starts a new one: the workload may grow into
+        the new room, so like a fresh pod it gets a warm-up before any trend
+        verdict, and no run above a threshold spans two limits."""
+        s = self.settings
+        self.regime_s = t
+        self.limit_bytes = limit
+        # Unreclaimable memory (anon + shmem), the series every memory rule reads.
+        self.used = Series(s.trend_bucket_s, s.trend_window_s)
+        self.rapid = Series(RAPID_BUCKET_S, s.rapid_window_s)
+        self.floor = Series(FLOOR_BUCKET_S, FLOOR_WINDOW_S, on_lows=True)
+        self.critical = HoldTimer()
+        self.baseline_used_bytes: float | None = None  # level once warm-up is over
 
     def add(self, sample: Sample) -> bool:
         """Fold one sample in. Samples that are not newer than the last one
@@ -149,18 +187,28 @@ class PodWindow:
         t = sample.time_s
         if self.first_s is None:
             self.first_s = t
+        limit = sample.memory_max_bytes
+        if self.regime_s is None or (limit and self.limit_bytes and abs(limit - self.limit_bytes) > 0.01 * limit):
+            self._start_regime(t, limit)
+        elif limit and not self.limit_bytes:
+            self.limit_bytes = limit
         self.last = sample
         self.samples_seen += 1
 
-        ws = sample.working_set_bytes
-        closed = self.working_set.add(t, float(ws) if ws is not None else None)
-        if closed is not None and self.baseline_ws_bytes is None and t - self.first_s >= s.trend_min_span_s / 2:
-            self.baseline_ws_bytes = closed.mean
+        used = sample.unreclaimable_bytes
+        closed = self.used.add(t, float(used) if used is not None else None)
+        self.rapid.add(t, float(used) if used is not None else None)
+        self.floor.add(t, float(used) if used is not None else None)
+        warm = t - self.regime_start_s >= s.trend_min_span_s / 2
+        if closed is not None and self.baseline_used_bytes is None and warm:
+            self.baseline_used_bytes = closed.mean
         self.store.add(t, sample.store_fraction)
+        if sample.plasma_spilled_bytes:
+            self.last_spill_s = t
 
-        frac = sample.working_set_fraction
         gap = s.stale_after_s  # samples further apart than this do not make one run
-        self.critical.update(t, frac, s.critical_fraction, s.critical_fraction - s.hysteresis_fraction, gap)
+        self.critical.update(t, sample.used_fraction, s.critical_fraction, s.critical_fraction - s.hysteresis_fraction,
+                             gap)
         full_psi = sample.psi_full_avg10_pct
         self.pressure.update(t, full_psi, s.pressure_full_pct, s.pressure_full_pct / 2, gap)
         self.store_full.update(t, sample.store_fraction, s.store_full_fraction,
@@ -175,7 +223,22 @@ class PodWindow:
         return True
 
     @property
+    def resized(self) -> bool:
+        """The limit changed while this pod was watched (an in-place resize)."""
+        return self.regime_s is not None and self.regime_s != self.first_s
+
+    @property
+    def regime_start_s(self) -> float:
+        return self.regime_s if self.regime_s is not None else 0.0
+
+    def spilling(self, now_s: float) -> bool:
+        """Ray has spilled objects to disk within the trend window: the store
+        is full because the workload fills it, and Ray is coping."""
+        return self.last_spill_s is not None and now_s - self.last_spill_s <= self.settings.trend_window_s
+
+    @property
     def age_s(self) -> float:
-        if self.first_s is None or self.last is None:
+        """How long the current regime (the pod, or since its last resize) has been watched."""
+        if self.regime_s is None or self.last is None:
             return 0.0
-        return self.last.time_s - self.first_s
+        return self.last.time_s - self.regime_s
