@@ -27,10 +27,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-import kmock
 import yaml
 
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
+from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.world import load_crds
 
 PORT = 19208
@@ -114,7 +114,7 @@ async def run(n: int, seconds: float, warmup: float) -> dict[str, float | int | 
     api.put("memoryguards", {"metadata": {"name": "bench", "namespace": "default"}, "spec": {
         "clusterSelector": {"matchLabels": {"bench": "yes"}},
         "sampling": {"intervalSeconds": 15, "sidecarPort": PORT, "timeoutSeconds": 5}}})
-    async with api, kmock.Server(api, host="127.0.0.1") as server:
+    async with api, EmulatorServer(api, host="127.0.0.1") as server:
         tmp = Path(tempfile.mkdtemp())
         (tmp / "kubeconfig").write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": "e",

@@ -44,6 +44,7 @@ from memoryguard_kuberay.core.traces import read_trace
 from memoryguard_kuberay.devkit.emulator.api import ApiError, EmulatedApi
 from memoryguard_kuberay.devkit.emulator.kuberay import KubeRayStandIn
 from memoryguard_kuberay.devkit.emulator.referee import Referee
+from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.sidecar_faults import Mode, spoil
 from memoryguard_kuberay.devkit.emulator.world import load_crds
 from memoryguard_kuberay.sidecar.replay import ReplayFeed
@@ -209,7 +210,7 @@ async def soak(minutes: float, workers: int, speed: float, seed: int) -> dict[st
         return None
 
     stop = asyncio.Event()
-    async with api, kmock.Server(api, host="127.0.0.1") as server:
+    async with api, EmulatorServer(api, host="127.0.0.1") as server:
         kr_task = asyncio.create_task(kuberay.run(stop))
         while len([p for p in api.objects("pods") if p.get("status", {}).get("phase") == "Running"]) < \
                 workers + workers // per:

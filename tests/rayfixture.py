@@ -32,8 +32,9 @@ class RayNode:
     ip: str = "127.0.0.1"
 
 
-def _start(args: list[str], metrics_port: int, ip: str = "127.0.0.1") -> subprocess.Popen:  # type: ignore[type-arg]
-    env = RAY_ENV if ip == "127.0.0.1" else MULTI_NODE_ENV
+def _start(args: list[str], metrics_port: int, ip: str = "127.0.0.1",
+           extra_env: dict[str, str] | None = None) -> subprocess.Popen:  # type: ignore[type-arg]
+    env = {**(RAY_ENV if ip == "127.0.0.1" else MULTI_NODE_ENV), **(extra_env or {})}
     cmd = [str(VENV_BIN / "ray"), "start", "--block", f"--node-ip-address={ip}", "--num-cpus=1",
            "--object-store-memory=300000000", f"--metrics-export-port={metrics_port}", "--disable-usage-stats",
            *args]
@@ -53,13 +54,14 @@ def _end(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
 
 
 @contextlib.contextmanager
-def ray_head(ip: str = "127.0.0.1") -> Iterator[RayNode]:
-    """``ip``: 127.0.0.1 for a single node, 127.0.0.3 when a second will join."""
+def ray_head(ip: str = "127.0.0.1", env: dict[str, str] | None = None) -> Iterator[RayNode]:
+    """``ip``: 127.0.0.1 for a single node, 127.0.0.3 when a second will join.
+    ``env``: more environment for Ray (its workers inherit the raylet's)."""
     if not (VENV_BIN / "ray").exists():
         pytest.skip("ray is not installed")
     gcs_port = free_port(ip)
     metrics_port = free_port(ip)
-    proc = _start(["--head", f"--port={gcs_port}", "--include-dashboard=false"], metrics_port, ip)
+    proc = _start(["--head", f"--port={gcs_port}", "--include-dashboard=false"], metrics_port, ip, env)
     node = RayNode(f"{ip}:{gcs_port}", metrics_port, proc, ip)
     try:
         wait_until(lambda: http_get(f"http://{ip}:{metrics_port}/metrics", 2)[0] == 200, 60,

@@ -222,7 +222,7 @@ INVALID = [
     ({"spec": {}}, "'clusterSelector' is a required property"),
     ({"spec": {"clusterSelector": {"names": ["Not_DNS"]}}}, "does not match"),
     ({"spec": {"clusterSelector": {"names": ["a"]}, "policy": {"criticalPercent": 120}}}, "greater than the maximum"),
-    ({"spec": {"clusterSelector": {"names": ["a"]}, "policy": {"horizonSeconds": 60}}}, "is less than the minimum"),
+    ({"spec": {"clusterSelector": {"names": ["a"]}, "policy": {"horizonSeconds": 30}}}, "is less than the minimum"),
     ({"spec": {"clusterSelector": {"names": ["a"]}, "policy": {"horizonSeconds": "2h"}}}, "is not of type 'integer'"),
     ({"spec": {"clusterSelector": {"names": ["a"]}, "rotation": {"maxUnavailable": 0}}}, "is less than the minimum"),
     ({"spec": {"clusterSelector": {"names": ["a"]}, "rotation": {"enabled": "yes"}}}, "is not of type 'boolean'"),

@@ -3,16 +3,20 @@ stand-in + real sidecar processes + the real operator process), at 600x."""
 
 from __future__ import annotations
 
+import json
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from memoryguard_kuberay.core.commands import examples_dir
+from memoryguard_kuberay.core.traces import read_labels
+
 from ..devworld import world
 from .conftest import by_worker_index, guard, leaking_pods, no_disruption, start_cluster
 
 pytestmark = pytest.mark.e2e
-LEAK_OOM_S = 28905  # examples/traces/labels.json: leak_steady
+LEAK_OOM_S = float(read_labels(examples_dir() / "labels.json")["leak_steady"]["oom_at_s"])
 
 
 async def test_leaking_worker_is_rotated_before_oom_healthy_never(tmp_path: Path) -> None:
@@ -39,6 +43,18 @@ async def test_leaking_worker_is_rotated_before_oom_healthy_never(tmp_path: Path
         assert ('memoryguard_rotations_total{guard="leak-guard",namespace="default",outcome="rotated",'
                 'reason="ProjectedOOM"} 1.0') in metrics
         assert 'memoryguard_pods_guarded{guard="leak-guard",namespace="default"} 3.0' in metrics
+        # The evidence was kept before the drain: a ConfigMap owned by the
+        # guard, an Event on the pod, the status pointing at it.
+        kept = await w.wait_for(lambda: w.events("ForensicsKept", kind="Pod"), 30, "ForensicsKept on the pod")
+        assert w.events("ForensicsKept")  # and on the guard
+        cms = w.api.objects("configmaps", "default")
+        assert len(cms) == 1 and cms[0]["metadata"]["name"] in kept[0]["message"]
+        status = w.api.get("memoryguards", "default", "leak-guard")["status"]  # type: ignore[index]
+        assert status["forensics"]["latest"] == cms[0]["metadata"]["name"]
+        doc = json.loads(cms[0]["data"]["forensics.json"])
+        assert doc["pod"] == leaking and doc["decision"]["reason"] == "ProjectedOOM"
+        assert doc["memory"]["anonBytes"] and doc["processes"]["processes"]  # the real sidecar's process table
+        assert "MEMORYGUARD_DRAIN" in doc["skipped"]["rayObjects"]  # no Ray in the emulated world
 
 
 def _starts_and_ends(w) -> list[tuple[str, float]]:  # type: ignore[no-untyped-def]

@@ -10,9 +10,9 @@ import json
 from typing import Any
 
 import aiohttp
-import kmock
 
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi, Kind
+from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 
 PODS = "/api/v1/namespaces/ns/pods"
 
@@ -27,7 +27,7 @@ async def _call(s: aiohttp.ClientSession, method: str, path: str, body: Any = No
 async def test_contract() -> None:
     api = EmulatedApi()
     api.add_kind(Kind("memoryguard.io", "v1alpha1", "memoryguards", "MemoryGuard", status_subresource=True))
-    async with api, kmock.Server(api, host="127.0.0.1") as server:
+    async with api, EmulatorServer(api, host="127.0.0.1") as server:
         async with aiohttp.ClientSession(f"http://127.0.0.1:{server.port}") as s:
             for i, group in enumerate(["a", "a", "b"]):
                 st, pod = await _call(s, "POST", PODS, {"metadata": {"name": f"p{i}", "labels": {"g": group}},

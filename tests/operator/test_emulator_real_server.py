@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
-import kmock
 import pytest
 import yaml
 
 from memoryguard_kuberay.devkit.emulator import schema
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
+from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.world import load_crds
 
 from ..devworld import ROOT, kuberay_file
@@ -32,7 +32,7 @@ READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]
 async def served() -> AsyncIterator[tuple[EmulatedApi, aiohttp.ClientSession]]:
     api = EmulatedApi()
     load_crds(api, kuberay_file("ray.io_rayclusters.yaml"))
-    async with api, kmock.Server(api, host="127.0.0.1") as server, aiohttp.ClientSession(
+    async with api, EmulatorServer(api, host="127.0.0.1") as server, aiohttp.ClientSession(
             f"http://127.0.0.1:{server.port}") as s:
         yield api, s
 
@@ -167,6 +167,29 @@ async def test_an_event_for_an_object_of_another_namespace_is_refused(
     event["involvedObject"]["namespace"] = "ns"
     st, _, _ = await _call(s, "POST", "/api/v1/namespaces/ns/events", event)
     assert st == 201
+
+
+async def test_request_bodies_up_to_3_mib_are_read_and_larger_ones_refused(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    # kube-apiserver MaxRequestBodyBytes: 3 MiB (kmock's aiohttp alone would stop at 1 MiB).
+    _, s = served
+    over = {"metadata": {"name": "huge"}, "data": {"a": "x" * (3 * 1024 * 1024)}}
+    async with s.request("POST", "/api/v1/namespaces/ns/configmaps", data=json.dumps(over),
+                         headers={"Content-Type": "application/json"}) as r:
+        assert r.status == 413
+
+
+async def test_a_configmap_over_1_mib_is_refused(served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    # k8s ValidateConfigMap: keys and values together at most core.MaxSecretSize (1 MiB).
+    _, s = served
+    big = {"metadata": {"name": "big"}, "data": {"a.json": "x" * (1024 * 1024)}}
+    st, doc, _ = await _call(s, "POST", "/api/v1/namespaces/ns/configmaps", big)
+    assert st == 422 and "must have at most 1048576 bytes" in doc["message"]
+    fits = {"metadata": {"name": "fits", "labels": {"k": "v"}}, "data": {"a.json": "x" * (256 * 1024)}}
+    st, _, _ = await _call(s, "POST", "/api/v1/namespaces/ns/configmaps", fits)
+    assert st == 201
+    st, doc, _ = await _call(s, "GET", "/api/v1/namespaces/ns/configmaps?labelSelector=k%3Dv", None)
+    assert st == 200 and [i["metadata"]["name"] for i in doc["items"]] == ["fits"]
 
 
 async def test_an_unready_pod_is_evicted_without_the_budget_only_while_the_budget_is_met(

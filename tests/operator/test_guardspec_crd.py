@@ -19,7 +19,8 @@ def test_checked_in_crd_is_generated() -> None:
 
 def test_minimal_spec_gets_the_defaults() -> None:
     g = read_guard_spec({"clusterSelector": {"names": ["rc"]}})
-    assert g.selection.cluster_names == ("rc",) and g.policy.horizon_s == 7200 and not g.policy.dry_run
+    assert g.selection.cluster_names == ("rc",) and g.policy.horizon_s == 5400 and not g.policy.dry_run
+    assert g.forensics.enabled and g.forensics.timeout_s == 30 and g.forensics.keep == 20
     assert g.sampling.interval_s == 15 and g.jemalloc.mode == "off" and not g.sidecar.inject
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -32,3 +33,44 @@ def test_degraded_says_why(kw: dict[str, Any], reason: str, says: str) -> None:
     c = _degraded(**kw)
     assert c["reason"] == reason and says in c["message"]
     assert c["status"] == ("False" if reason == "AsExpected" else "True")
+
+
+def _status(pods: list[st.PodView], **kw: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {"generation": 1, "clusters": ["rc"], "pods": pods, "spec_error": None,
+                            "missing_clusters": [], "rotations": {}, "last_action": None,
+                            "now_iso": "2026-11-29T12:00:00Z", "previous": {}}
+    args.update(kw)
+    return st.build(**args)
+
+
+def _risky(i: int, eta_s: float) -> st.PodView:
+    ev = Evidence(working_set_bytes=60 * 2**30, limit_bytes=64 * 2**30, projected_oom_s=eta_s)
+    return st.PodView(f"w{i:05d}", "g", Decision(Action.NONE, Reason.ROTATION_DEFERRED, "x" * 2000, ev), None)
+
+
+def test_a_small_guard_lists_every_pod() -> None:
+    pods = [st.PodView(f"w{i}", "g", OK, None) for i in range(st.MAX_PODS_LISTED)]
+    s = _status(pods)
+    assert sorted(s["pods"]) == sorted(p.name for p in pods) and s["summary"]["podsListed"] == len(pods)
+
+
+def test_status_stays_bounded_at_20000_pods() -> None:
+    """A real etcd refuses objects over about 1.5 MiB: at 20,000 pods (300 at
+    risk, 100 without samples, each with a 2,000-character message) the
+    status stays within 64 KiB, counts every pod, and lists the ones worth a
+    look, the ones rotating and nearest their OOM first."""
+    healthy = [st.PodView(f"h{i:05d}", "g", OK, None) for i in range(19600)]
+    risky = [_risky(i, eta_s=3600 + i) for i in range(300)]
+    rotating = [st.PodView("r1", "g", Decision(Action.ROTATE, Reason.PROJECTED_OOM, "rotate", Evidence()), None)]
+    none = Decision(Action.NONE, Reason.NO_SAMPLES, "no samples from the sidecar yet", Evidence())
+    dark = [st.PodView(f"d{i:03d}", "g", none, "unreachable: " + "y" * 3000) for i in range(99)]
+    s = _status(healthy + risky + rotating + dark)
+    assert len(json.dumps(s, separators=(",", ":"))) <= st.MAX_STATUS_BYTES
+    assert s["summary"]["pods"] == 20000 and s["summary"]["sidecarUnreachable"] == 99
+    assert s["summary"]["verdicts"]["SidecarUnreachable"] == 99
+    assert s["summary"]["verdicts"]["Healthy"] == 19600 and s["summary"]["verdicts"]["RotationDeferred"] == 300
+    listed = set(s["pods"])
+    assert 0 < len(listed) <= st.MAX_PODS_LISTED and s["summary"]["podsListed"] == len(listed)
+    assert "r1" in listed and "w00000" in listed  # rotating, and the nearest OOM
+    assert not any(n.startswith("h") for n in listed)  # healthy pods are counted, not listed
+    assert all(len(p["lastDecision"]) <= st.MESSAGE_MAX for p in s["pods"].values())

@@ -40,12 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("record", help="record a sidecar's samples into a trace CSV")
     sub.add_parser("operator", help="run the operator")
     sub.add_parser("uninstall", help="delete every MemoryGuard and wait for the operator to clean up (helm hook)")
+    sub.add_parser("forensics", help="print the evidence kept before a pod was rotated ([-n NS] POD, or --guard G)")
     sub.add_parser("demo", help="the whole system on an emulated cluster, accelerated (the [demo] extra)")
     return p
 
 
 # Subcommands with parsers of their own: everything after the name is theirs.
-PASSTHROUGH = ("sidecar", "record", "operator", "uninstall", "demo")
+PASSTHROUGH = ("sidecar", "record", "operator", "uninstall", "forensics", "demo")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,6 +87,10 @@ def _passthrough(command: str, rest: list[str]) -> int:
             from memoryguard_kuberay.operator import uninstall
 
             return uninstall.main(rest)
+        if command == "forensics":
+            from memoryguard_kuberay.operator import forensics_cli
+
+            return forensics_cli.main(rest)
         from memoryguard_kuberay.operator import main as operator_main
 
         return operator_main.main(rest)

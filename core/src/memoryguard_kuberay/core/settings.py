@@ -43,11 +43,11 @@ SETTINGS_TABLE: tuple[SettingSpec, ...] = (
     # Creep: a sustained trend projected to the limit.
     SettingSpec("trend_bucket_s", "policy", "trendBucketSeconds", int, 300, 15, 3600, "s",
                 "Samples are averaged into buckets of this length before the trend is fitted."),
-    SettingSpec("trend_window_s", "policy", "trendWindowSeconds", int, 14400, 1800, 172800, "s",
+    SettingSpec("trend_window_s", "policy", "trendWindowSeconds", int, 14400, 300, 172800, "s",
                 "The trend is fitted over this much recent history (longer sees through slower sawtooth)."),
-    SettingSpec("trend_min_span_s", "policy", "trendMinSpanSeconds", int, 10800, 900, 172800, "s",
+    SettingSpec("trend_min_span_s", "policy", "trendMinSpanSeconds", int, 10800, 90, 172800, "s",
                 "No trend verdict before this much history: warm-up after a start is never a leak."),
-    SettingSpec("horizon_s", "policy", "horizonSeconds", int, 5400, 600, 172800, "s",
+    SettingSpec("horizon_s", "policy", "horizonSeconds", int, 5400, 60, 172800, "s",
                 "Rotate when the projected OOM is this close; include the time a drain takes."),
     SettingSpec("min_growth_fraction_per_h", "policy", "minGrowthPercentPerHour", float, 0.001, 0.0001, 1.0,
                 "fraction of memory.max per hour",
@@ -60,11 +60,12 @@ SETTINGS_TABLE: tuple[SettingSpec, ...] = (
                 "How consistently the window must rise (Kendall's tau of its buckets, -1..1): a sawtooth or a "
                 "daily swing can have a steep slope but rises inconsistently."),
     # Rapid growth: a leak that reaches the limit within the hour.
-    SettingSpec("rapid_window_s", "policy", "rapidWindowSeconds", int, 1800, 600, 7200, "s",
-                "Rapid growth is judged on one-minute means over this much recent history."),
-    SettingSpec("rapid_min_span_s", "policy", "rapidMinSpanSeconds", int, 900, 300, 7200, "s",
+    SettingSpec("rapid_window_s", "policy", "rapidWindowSeconds", int, 1800, 300, 7200, "s",
+                "Rapid growth is judged on one-minute means over this much recent history; the pod must have "
+                "twice this much history before the climb (its first climbs are its warm-up)."),
+    SettingSpec("rapid_min_span_s", "policy", "rapidMinSpanSeconds", int, 900, 120, 7200, "s",
                 "Growth must have been seen, steady, for this long before it counts as rapid growth."),
-    SettingSpec("rapid_horizon_s", "policy", "rapidHorizonSeconds", int, 1800, 600, 7200, "s",
+    SettingSpec("rapid_horizon_s", "policy", "rapidHorizonSeconds", int, 1800, 60, 7200, "s",
                 "Rotate on rapid growth when the projected OOM is this close (include the time a drain takes)."),
     # Memory pressure (PSI) together with high usage.
     SettingSpec("pressure_full_pct", "policy", "pressureFullPercent", float, 10.0, 0.1, 100.0, "% (PSI full avg10)",

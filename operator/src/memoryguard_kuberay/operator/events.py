@@ -23,6 +23,8 @@ class EventReason(str, enum.Enum):
     SIDECAR_REMOVED = "SidecarRemoved"
     SIDECAR_REMOVAL_FAILED = "SidecarRemovalFailed"
     INVALID_SPEC = "InvalidSpec"
+    FORENSICS_KEPT = "ForensicsKept"
+    FORENSICS_FAILED = "ForensicsFailed"
 
     @property
     def warning(self) -> bool:
@@ -31,4 +33,4 @@ class EventReason(str, enum.Enum):
 
 WARNINGS = frozenset({EventReason.DRAIN_FAILED, EventReason.EVICTION_REFUSED, EventReason.ROTATION_FAILED,
                       EventReason.REMEDIATION_FAILED, EventReason.SIDECAR_INJECTION_FAILED,
-                      EventReason.SIDECAR_REMOVAL_FAILED, EventReason.INVALID_SPEC})
+                      EventReason.SIDECAR_REMOVAL_FAILED, EventReason.INVALID_SPEC, EventReason.FORENSICS_FAILED})

@@ -26,7 +26,7 @@ import aiohttp
 
 from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide, urgency
 from memoryguard_kuberay.core.settings import PolicySettings
-from memoryguard_kuberay.operator import clusters, remediation, rotation, sidecar_client
+from memoryguard_kuberay.operator import clusters, forensics, remediation, rotation, sidecar_client
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.clock import Clock
@@ -36,7 +36,7 @@ from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.groups import Groups
 from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec, Mode, SpecError, read_guard_spec
 from memoryguard_kuberay.operator.kube import ApiError, Kube
-from memoryguard_kuberay.operator.ledger import Ledger, OutcomeKind
+from memoryguard_kuberay.operator.ledger import Ledger, OutcomeKind, Phase
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.trust import Trust
 
@@ -57,6 +57,7 @@ class OperatorContext:
     metrics: OperatorMetrics
     sidecar_image: str = DEFAULT_SIDECAR_IMAGE
     trust: Trust | None = None  # the installer's limits on guards (trust.py)
+    ray_forensics: bool = True  # Ray's GCS is reachable (MEMORYGUARD_DRAIN): list objects by call site
 
 
 @dataclasses.dataclass
@@ -98,6 +99,10 @@ class GuardReconciler:
         self.advised: set[tuple[str, str]] = set()
         self.invalid_generation: int | None = None
         self.last_status: dict[str, Any] | None = None
+        # Evidence being collected before a rotation drains: pod uid -> (task,
+        # monotonic deadline). The rotation waits for it until the deadline.
+        self.collecting: dict[str, tuple[asyncio.Task[None], float]] = {}
+        self.forensics_latest: dict[str, Any] | None = None
         self.last_action: str | None = None
         self.last_action_brief: str | None = None  # the printer column's text: reason and object, <= 60 chars
         self.body: Mapping[str, Any] = {}  # the guard itself: the subject of its Events (the latest seen)
@@ -184,6 +189,8 @@ class GuardReconciler:
                           contested=selected.contested, rotations=self.rotations_status(),
                           last_action=self.last_action, last_action_brief=self.last_action_brief, now_iso=iso(now),
                           previous=previous)
+        if self.forensics_latest is not None:
+            status["forensics"] = self.forensics_latest
         await self.write_status(status)
         deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
         self.ctx.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
@@ -201,6 +208,8 @@ class GuardReconciler:
         changed = False
         ended: list[tuple[EventReason, str, dict[str, Any]]] = []
         for uid, rot in list(self.ledger.inflight.items()):
+            if rot.phase is Phase.DRAINING and self.collecting_for(uid):
+                continue  # its evidence first (never past the forensics deadline)
             before = (rot.phase, rot.refused)
             pod = pod_ref(rot.pod, rot.uid)
 
@@ -327,7 +336,7 @@ class GuardReconciler:
         rc = next((c for c in cycle.selected.clusters if c["metadata"]["name"] == p.cluster), None)
         for d in decisions:
             if d.action is Action.ROTATE:
-                await self.rotate(spec, p, d)
+                await self.rotate(spec, p, d, cycle=cycle, track=track)
             elif d.action is Action.REMEDIATE:
                 self.advised.add((p.cluster, p.group))
                 await self.remediate(spec, rc, p, d, "jemalloc")
@@ -335,7 +344,7 @@ class GuardReconciler:
                 await self.remediate(spec, rc, p, d, "spilling")
         return st.PodView(p.name, p.group, decisions[0], track.error, track.blind)
 
-    async def rotate(self, spec: GuardSpec, p: pi.PodInfo, d: Decision) -> None:
+    async def rotate(self, spec: GuardSpec, p: pi.PodInfo, d: Decision, *, cycle: Cycle, track: PodState) -> None:
         assert self.ledger is not None
         reason = f"{d.reason.value}: {d.message}"
         if d.dry_run:
@@ -353,6 +362,62 @@ class GuardReconciler:
         await self.write_status({"rotations": self.rotations_status()})
         await self.event(EventReason.ROTATION_STARTED, f"rotating {p.name} (group {p.group}): {reason}",
                          also=[pod_ref(p.name, p.uid)])
+        if spec.forensics.enabled:
+            self.start_forensics(spec, cycle, p, d, track)
+
+    # -- evidence ----------------------------------------------------------------------
+    def collecting_for(self, uid: str) -> bool:
+        """Evidence for this pod is still coming in, within its deadline."""
+        job = self.collecting.get(uid)
+        if job is None:
+            return False
+        if job[0].done() or time.monotonic() > job[1]:
+            del self.collecting[uid]
+            return False
+        return True
+
+    def start_forensics(self, spec: GuardSpec, cycle: Cycle, p: pi.PodInfo, d: Decision, track: PodState) -> None:
+        rc = next((c for c in cycle.selected.clusters if c["metadata"]["name"] == p.cluster), None)
+        subject = forensics.Subject(
+            namespace=self.namespace, guard=self.name, guard_uid=str(self.body.get("metadata", {}).get("uid", "")),
+            pod=p.name, pod_uid=p.uid, cluster=p.cluster, group=p.group, ip=p.ip,
+            sidecar_port=spec.sampling.sidecar_port,
+            gcs_address=clusters.gcs_address(rc, cycle.pods) if rc is not None else None, decision=d,
+            last_sample=track.window.last)
+        task = asyncio.create_task(self.keep_forensics(subject, spec, rc, p, d), name=f"forensics-{p.name}")
+        # A second past the budget: the artifact is being written by then.
+        self.collecting[p.uid] = (task, time.monotonic() + spec.forensics.timeout_s + 2.0)
+
+    async def keep_forensics(self, subject: forensics.Subject, spec: GuardSpec, rc: Mapping[str, Any] | None,
+                             p: pi.PodInfo, d: Decision) -> None:
+        artifact = await forensics.collect(subject, http=self.ctx.http, budget_s=spec.forensics.timeout_s,
+                                           with_ray=self.ctx.ray_forensics)
+        pod = pod_ref(p.name, p.uid)
+        try:
+            name = await forensics.keep(self.ctx.kube, artifact, subject, keep_n=spec.forensics.keep,
+                                        now=self.ctx.clock.now())
+        except ApiError as e:
+            await self.event(EventReason.FORENSICS_FAILED, f"{p.name}: the evidence could not be kept: {e}",
+                             also=[pod])
+            return
+        size = forensics.size_of(artifact)
+        skipped = "; ".join(f"{k} skipped: {v}" for k, v in artifact["skipped"].items())
+        await self.event(EventReason.FORENSICS_KEPT, f"{p.name}: evidence kept in ConfigMap {name} "
+                         f"({size / 1024:.0f} KiB, collected in {artifact['tookSeconds']:.1f} s)"
+                         + (f"; {skipped}" if skipped else ""), also=[pod])
+        self.forensics_latest = {"latest": name, "pod": p.name, "collectedAt": artifact["collectedAt"],
+                                 "bytes": size}
+        await self.write_status({"forensics": self.forensics_latest})
+        objects = artifact.get("rayObjects") or {}
+        sites = [c.get("callSite", "") for c in objects.get("callSites") or []]
+        if sites and all(s.startswith("(not recorded") for s in sites) and spec.forensics.call_sites != Mode.OFF:
+            await self.remediate(spec, rc, p, d, "callsites")
+
+    async def close(self) -> None:
+        """The guard is gone or the operator stops: no evidence is awaited."""
+        for task, _ in self.collecting.values():
+            task.cancel()
+        self.collecting.clear()
 
     async def remediate(self, spec: GuardSpec, rc: Mapping[str, Any] | None, p: pi.PodInfo, d: Decision,
                         kind: str) -> None:

@@ -85,6 +85,14 @@ class Pdb:
 
 
 @dataclasses.dataclass(frozen=True)
+class Forensics:
+    enabled: bool = True
+    timeout_s: float = 30.0
+    keep: int = 20
+    call_sites: Mode = Mode.OFF  # remediation: RAY_record_ref_creation_sites=1
+
+
+@dataclasses.dataclass(frozen=True)
 class GuardSpec:
     selection: Selection
     policy: PolicySettings
@@ -95,6 +103,7 @@ class GuardSpec:
     pdb: Pdb
     replacement_timeout_s: float = 900.0
     eviction_timeout_s: float = 600.0
+    forensics: Forensics = Forensics()
 
 
 def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFAULT_SIDECAR_IMAGE,
@@ -146,5 +155,8 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
         raise SpecError(problems)
     selection = Selection(tuple(v["clusterSelector.names"] or ()), dict(v["clusterSelector.matchLabels"] or {}),
                           tuple(v["workerGroups"] or ()))
+    forensics = Forensics(enabled=v["forensics.enabled"], timeout_s=float(v["forensics.timeoutSeconds"]),
+                          keep=int(v["forensics.keep"]), call_sites=Mode(v["remediation.callSites.mode"]))
     return GuardSpec(selection, policy, sampling, jemalloc, spilling, sidecar, pdb,
-                     float(v["rotation.replacementTimeoutSeconds"]), float(v["rotation.evictionTimeoutSeconds"]))
+                     float(v["rotation.replacementTimeoutSeconds"]), float(v["rotation.evictionTimeoutSeconds"]),
+                     forensics)

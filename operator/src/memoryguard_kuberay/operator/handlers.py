@@ -64,7 +64,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     events.start()
     _context["ctx"] = guarding.OperatorContext(kube=kube, events=events, drainer=drainer,
                                         http=http, clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics,
-                                        sidecar_image=cfg.sidecar_image, trust=cfg.trust)
+                                        sidecar_image=cfg.sidecar_image, trust=cfg.trust, ray_forensics=cfg.drain)
 
 
 @kopf.on.cleanup()
@@ -82,15 +82,18 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
     """Each MemoryGuard's reconciler: one cycle per sampling interval until stopped."""
     ctx = context()
     reconciler = guarding.GuardReconciler(ctx, namespace or "", name or "")
-    while not stopped:
-        try:
-            delay = await reconciler.cycle(body, stopped=lambda: bool(stopped))
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # one bad cycle must not end the guard; the next one retries
-            log.exception("%s/%s: cycle failed", namespace, name)
-            delay = 15.0
-        await stopped.wait(ctx.clock.real_seconds(delay))
+    try:
+        while not stopped:
+            try:
+                delay = await reconciler.cycle(body, stopped=lambda: bool(stopped))
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one bad cycle must not end the guard; the next one retries
+                log.exception("%s/%s: cycle failed", namespace, name)
+                delay = 15.0
+            await stopped.wait(ctx.clock.real_seconds(delay))
+    finally:
+        await reconciler.close()
 
 
 @kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL)

@@ -32,6 +32,9 @@ API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "pods/eviction", ("create",)),
     ("", "events", ("create",)),
     ("policy", "poddisruptionbudgets", ("get", "create", "patch", "delete")),
+    # The evidence kept before a rotation (forensics.py): one ConfigMap per
+    # rotation, owned by the guard, the oldest deleted past spec.forensics.keep.
+    ("", "configmaps", ("create", "list", "delete")),
 )
 # What the chart's pre-delete hook (``memoryguard-kuberay uninstall``) needs: delete
 # every guard and watch them go while the operator still runs their
@@ -210,6 +213,21 @@ class Kube:
     async def patch_pdb(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         await self.request("PATCH", _path(PDBS, namespace, name), json=dict(patch),
                            content_type="application/merge-patch+json")
+
+    async def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
+        await self.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", json=dict(body))
+
+    async def list_configmaps(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        doc = await self.request("GET", f"/api/v1/namespaces/{namespace}/configmaps",
+                                 params={"labelSelector": label_selector})
+        return list(doc.get("items", []))
+
+    async def delete_configmap(self, namespace: str, name: str) -> None:
+        try:
+            await self.request("DELETE", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+        except ApiError as e:
+            if e.status != 404:
+                raise
 
     async def list_all_guards(self) -> list[dict[str, Any]]:
         doc = await self.request("GET", _path(MEMORYGUARDS, None))

@@ -54,6 +54,9 @@ def jemalloc_env(j: Jemalloc, existing_preload: str | None) -> dict[str, str]:
     return {"LD_PRELOAD": preload, "MALLOC_CONF": j.malloc_conf}
 
 
+CALL_SITES_ENV = {"RAY_record_ref_creation_sites": "1"}
+
+
 def spilling_env(s: Spilling) -> dict[str, str]:
     return {
         "RAY_object_spilling_threshold": f"{s.threshold_percent / 100:g}",

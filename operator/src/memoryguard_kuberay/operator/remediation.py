@@ -1,5 +1,6 @@
 """Remediation of a worker group: jemalloc (``LD_PRELOAD``, ``MALLOC_CONF``)
-on a plateau, object spilling settings on a filling store. Recommended
+on a plateau, object spilling settings on a filling store, Ray's record of
+where object references are created when a rotation's evidence lacked it. Recommended
 (an Event) or applied (a targeted JSON patch of the group's pod template;
 pods get it as they are replaced), as the guard's spec says."""
 
@@ -20,16 +21,18 @@ Report = Callable[..., Awaitable[None]]  # (reason, message, also=[objects]) -> 
 
 async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[str, Any], pod: pi.PodInfo,
                     decision: Decision, kind: str, report: Report) -> str | None:
-    """Recommend or apply ``kind`` ("jemalloc" or "spilling") to the pod's
-    group. Returns the mode acted in ("recommend", "auto"), "" when there was
-    nothing to do, None when the API refused the patch."""
-    mode = spec.jemalloc.mode if kind == "jemalloc" else spec.spilling.mode
+    """Recommend or apply ``kind`` ("jemalloc", "spilling" or "callsites")
+    to the pod's group. Returns the mode acted in ("recommend", "auto"), ""
+    when there was nothing to do, None when the API refused the patch."""
+    mode = {"jemalloc": spec.jemalloc.mode, "spilling": spec.spilling.mode,
+            "callsites": spec.forensics.call_sites}[kind]
     found = patches._worker_group(rc, pod.group)
     if mode == Mode.OFF or found is None:
         return ""
     container = (((found[1].get("template") or {}).get("spec") or {}).get("containers") or [{}])[0]
     preload = next((e.get("value") for e in container.get("env") or [] if e.get("name") == "LD_PRELOAD"), None)
-    env = patches.jemalloc_env(spec.jemalloc, preload) if kind == "jemalloc" else patches.spilling_env(spec.spilling)
+    env = (patches.jemalloc_env(spec.jemalloc, preload) if kind == "jemalloc"
+           else patches.spilling_env(spec.spilling) if kind == "spilling" else dict(patches.CALL_SITES_ENV))
     what = ", ".join(f"{k}={v}" for k, v in env.items())
     why = f"{pod.name}: {decision.reason.value}: {decision.message}"
     where = f"group {pod.group} of {pod.cluster}"

@@ -118,6 +118,11 @@ SECTIONS: dict[str, str] = {
     "remediation.jemalloc": "jemalloc for fragmentation (a plateau).",
     "remediation.spilling": "Object spilling for a filling object store.",
     "sidecar": "The sidecar the operator injects into the guarded RayClusters' pod templates.",
+    "forensics": "The evidence kept before a rotation (memory, processes, Ray objects by call site), in "
+                 "ConfigMaps owned by the guard: `memoryguard-kuberay forensics` prints them.",
+    "remediation.callSites": "Ray records where each object reference was created "
+                             "(RAY_record_ref_creation_sites=1), so the evidence names the leaking line. Costs a "
+                             "stack walk per ray.put and task call.",
 }
 SECTION_DOCS: dict[str, str] = {
     "clusterSelector": "Which RayClusters in this namespace to guard: by name, by label, or both.",
@@ -167,6 +172,15 @@ FIELDS: tuple[Field, ...] = (
     Field("remediation.spilling.directories", Kind.STRINGS, ["/tmp/ray-spill"], "Where to spill.",
           pattern=SAFE_PATH, min_items=1, max_items=16, rules=(NO_PARENT, NO_SYSTEM_DIR),
           problem="must be a non-empty list of absolute paths"),
+    Field("remediation.callSites.mode", Kind.STRING, Mode.OFF.value, f"{_MODE_DOC} "
+          "(RAY_record_ref_creation_sites=1, advised when the evidence of a rotation found no call sites).",
+          choices=MODES, problem="must be one of off, recommend, auto"),
+    Field("forensics.enabled", Kind.BOOL, True, "Keep the evidence of what leaked before each rotation.",
+          problem="must be true or false"),
+    Field("forensics.timeoutSeconds", Kind.INT, 30, "Time given to collect it; the rotation waits at most this "
+          "long (then drains with what came in).", "s", 5, 300),
+    Field("forensics.keep", Kind.INT, 20, "Artifacts kept per guard (the oldest are deleted).", "ConfigMaps", 1,
+          200),
     Field("sidecar.inject", Kind.BOOL, False, "Add the sidecar to the guarded RayClusters' pod templates.",
           problem="must be true or false"),
     Field("sidecar.image", Kind.STRING, None, "Default: the sidecar image the chart was installed with (and only "

@@ -3,11 +3,13 @@ computational; the guard loop writes it only when it changed."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memoryguard_kuberay.core.policy import Action, Decision, Reason
+from memoryguard_kuberay.core.policy import Action, Decision, Reason, urgency
 from memoryguard_kuberay.operator import ledger
 
 AT_RISK = frozenset({Reason.PROJECTED_OOM, Reason.CRITICAL_USAGE, Reason.MEMORY_PRESSURE, Reason.OOM_KILLED,
@@ -15,6 +17,14 @@ AT_RISK = frozenset({Reason.PROJECTED_OOM, Reason.CRITICAL_USAGE, Reason.MEMORY_
                      Reason.ROTATION_IN_PROGRESS})
 MAX_RECENT = ledger.MAX_RECENT
 BRIEF_MAX = 60  # a printer column's widest text: `kubectl get memoryguards` stays readable
+# A status must stay far below what etcd stores (about 1.5 MiB an object) at
+# any scale: every pod is listed up to MAX_PODS_LISTED, beyond that only those
+# worth a look (rotating, at risk, without samples), nearest harm first, and
+# the whole status within MAX_STATUS_BYTES. The full per-pod picture is in
+# the metrics (memoryguard_pod_*) and the Events.
+MAX_PODS_LISTED = 50
+MAX_STATUS_BYTES = 64 * 1024
+MESSAGE_MAX = 400
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +56,8 @@ def pod_status(v: PodView) -> dict[str, Any]:
         "projectedOOMSeconds": None if ev.projected_oom_s is None else round(ev.projected_oom_s),
         "objectStorePercent": None if ev.store_fraction is None else round(ev.store_fraction * 100, 1),
         "verdict": _verdict(v),
-        "lastDecision": v.decision.message,
-        **({"sidecarError": v.sidecar_error} if v.sidecar_error else {}),
+        "lastDecision": v.decision.message[:MESSAGE_MAX],
+        **({"sidecarError": v.sidecar_error[:MESSAGE_MAX]} if v.sidecar_error else {}),
     }
 
 
@@ -56,6 +66,40 @@ def _verdict(v: PodView) -> str:
         # An answer that carried only samples too old to use is stale, not unreachable.
         return "SamplesStale" if v.sidecar_error.startswith("samples are stale") else "SidecarUnreachable"
     return "NoMemorySource" if v.blind else v.decision.reason.value
+
+
+def _notable(v: PodView) -> bool:
+    d = v.decision
+    return bool(v.sidecar_error) or v.blind or d.action is not Action.NONE or d.reason in AT_RISK
+
+
+def listed(pods: Sequence[PodView], limit: int = MAX_PODS_LISTED) -> list[PodView]:
+    """The pods the status lists: all of them in a small guard; in a large
+    one those worth a look, rotating and nearest their harm first."""
+    if len(pods) <= limit:
+        return sorted(pods, key=lambda p: p.name)
+    notable = [p for p in pods if _notable(p)]
+
+    def rank(p: PodView) -> tuple[int, float, str]:
+        d = p.decision
+        if d.action is Action.ROTATE or d.reason is Reason.ROTATION_IN_PROGRESS:
+            return (0, 0.0, p.name)
+        if d.reason in AT_RISK or d.action is not Action.NONE:
+            return (1, urgency(d), p.name)
+        return (2, 0.0, p.name)
+
+    return sorted(sorted(notable, key=rank)[:limit], key=lambda p: p.name)
+
+
+def bounded(status: dict[str, Any], pods: Sequence[PodView]) -> dict[str, Any]:
+    """Fewer pods listed until the status fits in MAX_STATUS_BYTES."""
+    shown = listed(pods)
+    while True:
+        status["pods"] = {p.name: pod_status(p) for p in shown}
+        status["summary"]["podsListed"] = len(shown)
+        if len(json.dumps(status, separators=(",", ":"))) <= MAX_STATUS_BYTES or not shown:
+            return status
+        shown = listed(shown, len(shown) // 2)
 
 
 def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[PodView], spec_error: str | None,
@@ -87,7 +131,8 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
     else:
         degraded = (False, "AsExpected", "all guarded pods report samples")
     ready = not spec_error
-    return {
+    verdicts = collections.Counter(_verdict(p) for p in pods)
+    status = {
         "observedGeneration": generation,
         "conditions": [
             condition("Ready", ready, "Guarding" if ready else "InvalidSpec",
@@ -95,9 +140,11 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
                       now_iso, prev_conds),
             condition("Degraded", degraded[0], degraded[1], degraded[2], now_iso, prev_conds),
         ],
-        "summary": {"clusters": len(clusters), "pods": len(pods), "atRisk": at_risk},
-        "pods": {p.name: pod_status(p) for p in sorted(pods, key=lambda p: p.name)},
+        "summary": {"clusters": len(clusters), "pods": len(pods), "atRisk": at_risk,
+                    "sidecarUnreachable": len(unreachable), "noMemorySource": len(blind),
+                    "verdicts": dict(sorted(verdicts.items()))},
         "rotations": dict(rotations),
-        "lastAction": last_action or previous.get("lastAction"),
+        "lastAction": (last_action or previous.get("lastAction") or "")[:1024] or None,
         "lastActionBrief": (last_action_brief or previous.get("lastActionBrief") or "")[:BRIEF_MAX] or None,
     }
+    return bounded(status, pods)

@@ -23,6 +23,7 @@ from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import TraceError, read_trace
 from memoryguard_kuberay.sidecar import metrics as sidecar_metrics
 from memoryguard_kuberay.sidecar.objectstore import RayMetricsScraper, StoreReading, shm_charged_bytes
+from memoryguard_kuberay.sidecar.processes import top_processes
 from memoryguard_kuberay.sidecar.procfs import DEFAULT_PATTERN
 from memoryguard_kuberay.sidecar.replay import ReplayFeed
 from memoryguard_kuberay.sidecar.sampler import Sampler
@@ -31,6 +32,9 @@ from memoryguard_kuberay.sidecar.server import MAX_CONNECTIONS, Routes, SidecarS
 log = logging.getLogger("memoryguard_kuberay.sidecar")
 MAX_RING = 100_000
 PAGE_SAMPLES = 1000  # at most this many samples an answer (about 240 KB)
+
+
+PROCESSES_REUSE_S = 10.0
 
 
 def _env(name: str, default: Any) -> Any:
@@ -85,6 +89,8 @@ class Sidecar(Routes, sidecar_metrics.StateView):
         self.args = args
         self.ring: collections.deque[Sample] = collections.deque(maxlen=MAX_RING)
         self.taken = 0
+        self._processes: tuple[float, dict[str, Any]] | None = None  # (monotonic time, the last scan)
+        self._scanning = False
         self.loop_errors = 0
         self.last_loop_wall: float | None = None
         self.logged_source: str | None = None  # the memory source last logged
@@ -166,6 +172,25 @@ class Sidecar(Routes, sidecar_metrics.StateView):
             doc["more"] = True
         if self.args.pod_uid or self.args.pod_name:
             doc["pod"] = {"uid": self.args.pod_uid, "name": self.args.pod_name}
+        return doc
+
+    async def processes(self) -> dict[str, Any] | None:
+        """The Ray container's processes by memory, scanned in a thread (it
+        reads a file per process). One scan at a time; an answer younger
+        than PROCESSES_REUSE_S is given again, so whoever can reach the port
+        cannot make the sidecar walk /proc in a loop."""
+        now = time.monotonic()
+        if self._processes is not None and now - self._processes[0] < PROCESSES_REUSE_S:
+            return self._processes[1]
+        if self._scanning:
+            return None
+        self._scanning = True
+        try:
+            doc = await asyncio.to_thread(top_processes, proc_root=self.args.proc_root)
+        finally:
+            self._scanning = False
+        doc = {"time": time.time(), **doc}
+        self._processes = (time.monotonic(), doc)
         return doc
 
     def metrics(self) -> bytes:

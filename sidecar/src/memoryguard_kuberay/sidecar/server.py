@@ -2,7 +2,9 @@
 
 GET only; the request head is bounded (8 KiB) and must arrive within a
 timeout; every response closes the connection. Routes:
-``/v1/samples?since=<unix s>``, ``/metrics``, ``/healthz``.
+``/v1/samples?since=<unix s>``, ``/metrics``, ``/healthz``, and
+``/v1/processes`` (the Ray container's processes by memory: the operator's
+evidence before a rotation; one scan at a time, a recent answer reused).
 
 Open connections are capped (memory stays bounded: at most
 ``MAX_CONNECTIONS`` answers of at most a page of samples each), but a full
@@ -39,6 +41,10 @@ class Routes:
         raise NotImplementedError
 
     def healthy(self) -> tuple[bool, str]:
+        raise NotImplementedError
+
+    async def processes(self) -> dict[str, Any] | None:
+        """None: a scan is already running."""
         raise NotImplementedError
 
 
@@ -91,7 +97,12 @@ class SidecarServer:
                 return
             finally:
                 self.waiting.pop(key, None)
-            _, _, response = self._route(head)
+            _, path, response = self._route(head)
+            if path == "/v1/processes":
+                doc = await self.routes.processes()
+                response = (_text(429, "Too Many Requests", "a scan is running", "Retry-After: 5\r\n") if doc is None
+                            else _response(200, "OK", json.dumps(doc, separators=(",", ":")).encode(),
+                                           "application/json"))
             await self._send(writer, response)
         finally:
             self.conns.pop(key, None)
@@ -119,6 +130,8 @@ class SidecarServer:
                 return 400, path, _text(400, "Bad Request", "since must be unix seconds")
             body = json.dumps(self.routes.samples_since(since), separators=(",", ":")).encode()
             return 200, path, _response(200, "OK", body, "application/json")
+        if path == "/v1/processes":
+            return 200, path, b""  # answered by _handle, off the event loop
         if path == "/metrics":
             return 200, path, _response(200, "OK", self.routes.metrics(), "text/plain; version=0.0.4; charset=utf-8")
         if path == "/healthz":
@@ -126,7 +139,7 @@ class SidecarServer:
             if ok:
                 return 200, path, _text(200, "OK", why)
             return 503, path, _text(503, "Service Unavailable", why)
-        return 404, "", _text(404, "Not Found", "try /v1/samples, /metrics or /healthz")
+        return 404, "", _text(404, "Not Found", "try /v1/samples, /v1/processes, /metrics or /healthz")
 
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         try:

@@ -95,7 +95,6 @@ def creep_projection(window: PodWindow, settings: PolicySettings,
 RAPID_MIN_TAU = 0.8
 RAPID_MIN_GROWTH_PER_H = 0.1  # of the limit
 RAPID_NEW_GROUND = 0.03  # of the limit above the highest peak before the climb
-RAPID_HISTORY_S = 3600.0
 
 
 def rapid_projection(window: PodWindow, settings: PolicySettings,
@@ -116,11 +115,11 @@ def rapid_projection(window: PodWindow, settings: PolicySettings,
         return NO, p  # growing into the room a resize just gave (the critical rule still watches)
     # New ground only: a climb the pod has made before and come back from (an
     # epoch, a batch, a sawtooth) stops where it stopped then.
-    # The pod's first climbs are its warm-up: an hour of history before the
-    # climb tells what it has done before.
+    # The pod's first climbs are its warm-up: history before the climb (two
+    # rapid windows, an hour by default) tells what it has done before.
     before = window.rapid.buckets[0].start_s if window.rapid.buckets else now_s
     seen = [b for b in window.used.buckets if b.start_s + window.used.bucket_s <= before]
-    if not seen or before - seen[0].start_s < RAPID_HISTORY_S:
+    if not seen or before - seen[0].start_s < 2 * settings.rapid_window_s:
         return NO, p
     level = window.rapid.buckets[-1].mean
     if level < max(b.peak for b in seen) + RAPID_NEW_GROUND * limit:

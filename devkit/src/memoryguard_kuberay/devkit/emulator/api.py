@@ -25,6 +25,8 @@ every resource request itself, following the real API's contract:
   header (400 under ``fieldValidation=Strict``), defaults filled in, OpenAPI
   validation with the server's integer-bound quirk, CEL rules (422);
 - an Event whose ``involvedObject.namespace`` is not its own: 422;
+- a ConfigMap whose data is over 1 MiB (``core.MaxSecretSize``, as the real
+  server's ValidateConfigMap counts it: keys and values): 422;
 - finalizers and ``deletionTimestamp`` on delete.
 
 NOT modelled: authentication and RBAC, admission webhooks, server-side
@@ -61,6 +63,7 @@ from .selectors import field_matcher, label_matcher
 from .wire import BUILTIN_KINDS, ApiError, Kind, now_iso, status_doc
 
 HISTORY = 20000
+CONFIGMAP_MAX_BYTES = 1024 * 1024  # k8s core.MaxSecretSize, which ValidateConfigMap also applies
 
 
 # A fault looks at a request and answers an error (raised to the client), a
@@ -321,6 +324,12 @@ class EmulatedApi(kmock.KubernetesScaffold):
                 if k.plural == "events" and involved_ns and involved_ns != key[2]:
                     raise ApiError(422, "Invalid", f'Event "{meta["name"]}" is invalid: involvedObject.namespace: '
                                                    f'Invalid value: "{involved_ns}": does not match event.namespace')
+                if k.plural == "configmaps":
+                    size = sum(len(str(key_)) + len(str(v)) for d in (body.get("data") or {}, body.get(
+                        "binaryData") or {}) for key_, v in d.items())
+                    if size > CONFIGMAP_MAX_BYTES:
+                        raise ApiError(422, "Invalid", f'ConfigMap "{meta["name"]}" is invalid: []: Too long: must '
+                                                       f"have at most {CONFIGMAP_MAX_BYTES} bytes")
                 if self._dry_run(request, body):
                     return copy.deepcopy(body)
                 return self._write(k, key, body, None, "ADDED", pruned, strict)

@@ -47,6 +47,7 @@ class Kind:
 BUILTIN_KINDS = (
     Kind("", "v1", "pods", "Pod"),
     Kind("", "v1", "events", "Event"),
+    Kind("", "v1", "configmaps", "ConfigMap"),
     Kind("", "v1", "namespaces", "Namespace", namespaced=False),
     Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", status_subresource=True),
     Kind("coordination.k8s.io", "v1", "leases", "Lease"),

@@ -19,11 +19,11 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import kmock
 import yaml
 
 from .api import EmulatedApi
 from .kuberay import KubeRayStandIn
+from .server import EmulatorServer
 from .sidecar_faults import SidecarProxy
 
 BIN = Path(sys.executable).parent
@@ -184,7 +184,7 @@ async def world(workdir: Path, trace_for: Callable[[dict[str, Any]], Any], *, sp
     api = EmulatedApi()
     load_crds(api, kuberay_crd)
     api.put("namespaces", {"metadata": {"name": "default"}})
-    async with api, kmock.Server(api, host="127.0.0.1") as server:
+    async with api, EmulatorServer(api, host="127.0.0.1") as server:
         url = f"http://127.0.0.1:{server.port}"
         kubeconfig = workdir / "kubeconfig"
         kubeconfig.write_text(yaml.safe_dump({

@@ -1,0 +1,286 @@
+"""``make real-leak``: a real leak in a real Ray, killed by the real kernel.
+
+As root, on a host with a cgroup memory controller (v1 here, v2 where the
+host has it): a memory cgroup with a real limit (3 GiB by default) holds a
+real Ray head (``ray start``, on loopback, its object store sized inside the
+limit) and a driver whose long-lived actor leaks the two ways the field
+reports: ObjectRefs held by closures it keeps (Plasma objects never
+released), and a Python structure that only grows. The real sidecar reads
+that cgroup and the raylet's metrics; this script polls it as the operator
+would and runs the policy on each sample as it arrives, with the test
+profile below. Printed: when the policy said rotate, when the kernel
+OOM-killed (the cgroup's ``oom_kill`` counter, the actor's process gone), and
+the lead. Exit 1 if the kernel came first; 2 if this host cannot run it.
+
+The policy's **test profile** (``examples/guards/test-profile.yaml``: short
+windows, for a leak that reaches the OOM in about 10 minutes; never a
+production setting): trend buckets of 15 s over 5 minutes, a verdict after
+2 minutes of history, rotate when the OOM is projected within 3 minutes.
+
+The recorded samples are written as a trace (``--trace``, default
+``examples/recorded/real_ray_leak.csv``) with its label, for ``make bench``.
+Bounded: everything stops after ``--max-minutes`` (15) whatever happens, and
+the cgroup, Ray and the sidecar are removed by the PIDs this script started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from memoryguard_kuberay.core import commands
+from memoryguard_kuberay.core.policy import Action, PodWindow, RotationHistory, decide
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.traces import write_trace
+
+GIB = 1024**3
+MIB = 1024**2
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+TEST_PROFILE = ROOT / "examples" / "guards" / "test-profile.yaml"
+
+LEAKER = textwrap.dedent("""
+    import os, sys, time, ray, numpy as np
+    ray.init(address=sys.argv[1], logging_level="ERROR")
+    heap_mib, store_mib = float(sys.argv[2]), float(sys.argv[3])
+
+    @ray.remote
+    class Session:
+        '''A long-lived actor that serves requests and forgets to let go.'''
+        def __init__(self):
+            self.on_disconnect = []  # closures that hold ObjectRefs after the client left
+            self.history = []  # a structure that only grows
+        def pid(self):
+            return os.getpid()
+        def handle(self, i):
+            ref = ray.put(np.full(int(store_mib * 1024 * 1024), i % 251, dtype=np.uint8))
+            self.on_disconnect.append(lambda r=ref: r)
+            self.history.append(np.full(int(heap_mib * 1024 * 1024), i % 251, dtype=np.uint8))
+            return len(self.history)
+
+    s = Session.remote()
+    print("ACTOR", ray.get(s.pid.remote()), flush=True)
+    i = 0
+    while True:
+        i += 1
+        try:
+            ray.get(s.handle.remote(i))
+        except Exception as e:  # the actor was OOM-killed
+            print("ACTOR-DIED", type(e).__name__, flush=True)
+            break
+        time.sleep(0.5)
+""")
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def get_json(url: str, timeout: float = 3.0) -> dict:  # type: ignore[type-arg]
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return json.loads(r.read())  # type: ignore[no-any-return]
+
+
+class MemoryGroup:
+    """A memory cgroup made for this run: v1 (``memory.limit_in_bytes``,
+    ``memory.oom_control``) or v2 (``memory.max``, ``memory.events``)."""
+
+    def __init__(self, limit: int) -> None:
+        name = f"memoryguard-real-leak-{os.getpid()}"
+        v1 = Path("/sys/fs/cgroup/memory")
+        v2 = Path("/sys/fs/cgroup")
+        if (v1 / "memory.limit_in_bytes").exists():
+            self.path, self.v1 = v1 / name, True
+        elif "memory" in (v2 / "cgroup.subtree_control").read_text() if (v2 / "cgroup.subtree_control").exists() \
+                else False:
+            self.path, self.v1 = v2 / name, False
+        else:
+            raise SystemExit("real-leak: no cgroup memory controller to make a group in (see FACTS.md)")
+        self.path.mkdir()
+        (self.path / ("memory.limit_in_bytes" if self.v1 else "memory.max")).write_text(str(limit))
+        if self.v1:
+            # No swap here, and none wanted: the leak must meet the OOM killer, not the disk.
+            with contextlib.suppress(OSError):
+                (self.path / "memory.swappiness").write_text("0")
+
+    def oom_kills(self) -> int:
+        text = (self.path / ("memory.oom_control" if self.v1 else "memory.events")).read_text()
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def enter_cmd(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside this group (the shell moves itself in, then execs)."""
+        return ["sh", "-c", f'echo $$ > {self.path}/cgroup.procs && exec "$@"', "sh", *argv]
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.2)
+        print(f"real-leak: could not remove {self.path} (processes left in it?)", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def started(argv: list[str], **kw: object) -> Iterator[subprocess.Popen]:  # type: ignore[type-arg]
+    proc = subprocess.Popen(argv, start_new_session=True, **kw)  # type: ignore[call-overload]
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--limit-gib", type=float, default=3.0)
+    ap.add_argument("--store-mib", type=int, default=400, help="the Ray object store, inside the limit")
+    ap.add_argument("--heap-mib", type=float, default=1.5, help="MiB the actor's structure grows per request")
+    ap.add_argument("--leak-store-mib", type=float, default=0.5, help="MiB of Plasma pinned per request")
+    ap.add_argument("--max-minutes", type=float, default=15.0)
+    ap.add_argument("--trace", default=str(ROOT / "examples" / "recorded" / "real_ray_leak.csv"))
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("real-leak: needs root to make a memory cgroup", file=sys.stderr)
+        return 2
+    settings = commands.load_guard_settings(str(TEST_PROFILE))
+    settings = dataclasses.replace(settings, dry_run=False)  # decide as a guard that rotates would
+    limit = int(args.limit_gib * GIB)
+    deadline = time.monotonic() + args.max_minutes * 60
+    group = MemoryGroup(limit)
+    gcs_port, metrics_port, sidecar_port = free_port("127.0.0.1"), free_port("127.0.0.1"), free_port("127.0.0.41")
+    env = {**os.environ, **RAY_ENV}
+    tmp = tempfile.mkdtemp(prefix="mg-real-leak-")
+    print(f"cgroup {group.path} ({'v1' if group.v1 else 'v2'}), limit {args.limit_gib:g} GiB, object store "
+          f"{args.store_mib} MiB; leak per request: {args.heap_mib:g} MiB heap + {args.leak_store_mib:g} MiB Plasma",
+          flush=True)
+    samples: list[Sample] = []
+    first_rotate: tuple[float, str] | None = None
+    oom_at: float | None = None
+    leak_start: float | None = None
+    t0 = time.time()
+    try:
+        ray_cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs_port}",
+                   "--num-cpus=2", f"--object-store-memory={args.store_mib * MIB}", "--include-dashboard=false",
+                   f"--metrics-export-port={metrics_port}", "--disable-usage-stats", f"--temp-dir={tmp}"]
+        with started(group.enter_cmd(ray_cmd), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+            sidecar_cmd = [str(BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"127.0.0.41:{sidecar_port}",
+                           "--interval", "1", "--cgroup-root", str(group.path), "--ray-metrics-url",
+                           f"http://127.0.0.1:{metrics_port}/metrics", "--ray-metrics-interval", "2",
+                           "--log-level", "WARNING"]
+            with started(sidecar_cmd, env=env):
+                url = f"http://127.0.0.41:{sidecar_port}/v1/samples"
+                while time.monotonic() < deadline:  # the sidecar and the raylet's store metrics
+                    with contextlib.suppress(OSError, ValueError):
+                        doc = get_json(url)
+                        if doc["samples"] and doc["samples"][-1].get("plasma_capacity"):
+                            break
+                    time.sleep(1)
+                print(f"[{time.time() - t0:6.0f} s] Ray up, sidecar reading the cgroup", flush=True)
+                leaker = group.enter_cmd([sys.executable, "-c", LEAKER, f"127.0.0.1:{gcs_port}", str(args.heap_mib),
+                                          str(args.leak_store_mib)])
+                with started(leaker, env=env, stdout=subprocess.PIPE, text=True) as driver:
+                    leak_start = time.time()
+                    window = PodWindow(settings)
+                    kills0 = group.oom_kills()
+                    last_t = 0.0
+                    last_print = 0.0
+                    while time.monotonic() < deadline:
+                        with contextlib.suppress(OSError, ValueError):
+                            for raw in get_json(url)["samples"]:
+                                s = Sample.from_wire(raw)
+                                if s.time_s <= last_t:
+                                    continue
+                                last_t = s.time_s
+                                samples.append(s)
+                                window.add(s)
+                                d = decide(settings=settings, window=window, history=RotationHistory(), now_s=s.time_s)
+                                if first_rotate is None and d[0].action is Action.ROTATE:
+                                    first_rotate = (s.time_s, f"{d[0].reason.value}: {d[0].message}")
+                                    print(f"[{s.time_s - t0:6.0f} s] POLICY: rotate ({first_rotate[1]})", flush=True)
+                        if time.time() - last_print >= 30 and samples:
+                            last_print = time.time()
+                            s = samples[-1]
+                            print(f"[{s.time_s - t0:6.0f} s] in use {(s.unreclaimable_bytes or 0) / MIB:6.0f} MiB "
+                                  f"of {(s.memory_max_bytes or 0) / MIB:.0f} MiB, Plasma "
+                                  f"{(s.plasma_used_bytes or 0) / MIB:.0f} MiB, spilled "
+                                  f"{(s.plasma_spilled_bytes or 0) / MIB:.0f} MiB", flush=True)
+                        if group.oom_kills() > kills0:
+                            oom_at = time.time()
+                            print(f"[{oom_at - t0:6.0f} s] KERNEL: OOM kill in the cgroup (oom_kill "
+                                  f"{group.oom_kills()})", flush=True)
+                            break
+                        time.sleep(1)
+                    if oom_at is not None:
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            out, _ = driver.communicate(timeout=30)
+                            died = [ln for ln in out.splitlines() if ln.startswith("ACTOR")]
+                            print("driver: " + "; ".join(died), flush=True)
+                        # A last poll: the samples up to and after the kill, for the trace.
+                        with contextlib.suppress(OSError, ValueError):
+                            samples.extend(s for s in (Sample.from_wire(r) for r in get_json(url)["samples"])
+                                           if s.time_s > last_t)
+    finally:
+        group.remove()
+    if oom_at is None:
+        print(f"real-leak: no OOM kill within {args.max_minutes:g} minutes (leak too slow for this limit?)")
+        return 1
+    if samples and leak_start is not None:
+        _write(samples, args.trace, t0=samples[0].time_s, leak_start=leak_start, oom_at=oom_at)
+    if first_rotate is None or first_rotate[0] > oom_at:
+        print(f"RESULT: the kernel came first (OOM at {oom_at - t0:.0f} s, policy "
+              f"{'never' if first_rotate is None else f'at {first_rotate[0] - t0:.0f} s'})")
+        return 1
+    print(f"RESULT: policy said rotate at {first_rotate[0] - t0:.0f} s, kernel OOM-killed at {oom_at - t0:.0f} s: "
+          f"lead {oom_at - first_rotate[0]:.0f} s ({first_rotate[1][:120]})")
+    return 0
+
+
+def _write(samples: list[Sample], path: str, *, t0: float, leak_start: float, oom_at: float) -> None:
+    """The recorded samples as a trace (t_s from the first), ending at the
+    kill, with its label beside it in labels.json."""
+    rows = []
+    for s in samples:
+        if s.time_s > oom_at + 5:
+            break
+        rows.append(dataclasses.replace(s, time_s=round(s.time_s - t0, 3)))
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", newline="") as f:
+        write_trace(rows, f)
+    labels_path = p.parent / "labels.json"
+    labels = json.loads(labels_path.read_text()) if labels_path.exists() else {}
+    labels[p.stem] = {"kind": "leak", "leak_start_s": int(leak_start - t0), "oom_at_s": int(oom_at - t0),
+                      "plasma_full_at_s": None, "rows": len(rows)}
+    labels_path.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n")
+    print(f"trace written to {p} ({len(rows)} rows) with its label in {labels_path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""The evidence kept before a rotation, against a real Ray head on loopback
+(issue 15): a long-lived actor leaks ObjectRefs held by closures and keeps
+a growing structure; the artifact names the leaking call site (file and
+line) and the actor's process as the top one by USS; kept in the emulated
+API and printed by ``memoryguard-kuberay forensics``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
+from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
+from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
+from memoryguard_kuberay.operator import forensics
+from memoryguard_kuberay.operator.kube import Credentials, Kube
+
+from ..procs import sidecar_process
+from ..rayfixture import RAY_ENV, ray_head
+
+pytestmark = pytest.mark.ray
+
+CALL_SITES = {"RAY_record_ref_creation_sites": "1"}
+SERVICE = textwrap.dedent("""
+    import sys, ray, numpy as np
+    ray.init(address=sys.argv[1], logging_level="ERROR")
+
+    @ray.remote
+    class Session:
+        def __init__(self):
+            self.on_disconnect = []
+            self.history = [np.full(350 * 1024 * 1024, 1, dtype=np.uint8)]  # the biggest process here
+        def pid(self):
+            import os
+            return os.getpid()
+        def handle(self, i):
+            ref = ray.put(np.full(64 * 1024, i % 251, dtype=np.uint8))  # LEAK-LINE
+            self.on_disconnect.append(lambda r=ref: r)
+            return len(self.on_disconnect)
+
+    s = Session.remote()
+    for i in range(200):
+        ray.get(s.handle.remote(i))
+    print("PID", ray.get(s.pid.remote()), flush=True)
+    sys.stdin.readline()
+""")
+
+
+async def test_the_artifact_names_the_leaking_line_and_the_top_process(tmp_path: Path) -> None:
+    script = tmp_path / "leaky_service.py"
+    script.write_text(SERVICE)
+    line = next(i for i, text in enumerate(SERVICE.splitlines(), 1) if "LEAK-LINE" in text)
+    with ray_head(env=CALL_SITES) as head:
+        driver = subprocess.Popen([sys.executable, str(script), head.gcs_address], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env={**os.environ, **RAY_ENV, **CALL_SITES})
+        try:
+            assert driver.stdout is not None
+            out = driver.stdout.readline().split()
+            assert out[:1] == ["PID"], out
+            actor_pid = int(out[1])
+            args = ["--interval", "1", "--ray-metrics-url", ""]
+            with sidecar_process("127.0.0.1", args) as url:
+                port = int(url.rsplit(":", 1)[1])
+                subject = forensics.Subject(
+                    namespace="default", guard="g", guard_uid="u", pod="ray-worker-0", pod_uid="p", cluster="rc",
+                    group="workers", ip="127.0.0.1", sidecar_port=port, gcs_address=head.gcs_address,
+                    decision=Decision(Action.ROTATE, Reason.PROJECTED_OOM, "growing", Evidence()), last_sample=None)
+                async with aiohttp.ClientSession() as http:
+                    doc = await forensics.collect(subject, http=http, budget_s=30, with_ray=True)
+        finally:
+            driver.kill()
+            driver.wait()
+    assert doc["skipped"] == {}, doc["skipped"]
+    top_site = doc["rayObjects"]["callSites"][0]
+    assert f"leaky_service.py:handle:{line}" in top_site["callSite"], top_site
+    assert top_site["count"] == 200 and top_site["bytes"] >= 200 * 64 * 1024
+    assert doc["processes"]["processes"][0]["pid"] == actor_pid, doc["processes"]["processes"][:3]
+    size = forensics.size_of(doc)
+    assert size <= forensics.ARTIFACT_MAX_BYTES
+    print(f"\nartifact: {size} bytes, collected in {doc['tookSeconds']} s")
+    (tmp_path / "artifact.json").write_text(json.dumps(doc, indent=1))
+
+    # Kept in a ConfigMap, printed by the command a user runs.
+    api = EmulatedApi()
+    async with api, EmulatorServer(api) as server:
+        kube = Kube(Credentials(server=f"http://127.0.0.1:{server.port}", token="t"), timeout_s=5)
+        try:
+            name = await forensics.keep(kube, doc, subject, keep_n=20, now=1.0)
+        finally:
+            await kube.close()
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "e",
+            "clusters": [{"name": "e", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
+            "users": [{"name": "e", "user": {"token": "x"}}],
+            "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}]}))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "memoryguard_kuberay", "forensics", "-n", "default", "ray-worker-0",
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)}, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        printed = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
+    assert proc.returncode == 0, printed
+    assert name in printed and f"leaky_service.py:handle:{line}" in printed and str(actor_pid) in printed, printed

@@ -1,0 +1,77 @@
+"""The Ray container's processes by memory (``/v1/processes``): on this
+machine's real /proc, with 500 extra processes, one of them big; bounded in
+what it reads and returns; never a process's environment."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+
+from memoryguard_kuberay.sidecar import processes
+
+from ..procs import get_json, sidecar_process, wait_until
+
+BIG = "import sys; b = bytearray(b'x' * (160 * 1024 * 1024)); print('ready', flush=True); sys.stdin.readline()"
+
+
+@contextlib.contextmanager
+def crowd(n: int) -> Iterator[subprocess.Popen]:  # type: ignore[type-arg]
+    """``n`` sleeping processes and one that holds 160 MiB of its own."""
+    sleepers = [subprocess.Popen(["sleep", "120"]) for _ in range(n)]
+    big = subprocess.Popen([sys.executable, "-c", BIG, "--token=secret-" + "t" * 400], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert big.stdout is not None and big.stdout.readline().strip() == "ready"
+        yield big
+    finally:
+        for p in [*sleepers, big]:
+            p.kill()
+        for p in [*sleepers, big]:
+            p.wait()
+
+
+def test_top_processes_bounded_with_500_processes() -> None:
+    with crowd(500) as big:
+        doc = processes.top_processes(limit=20)
+        assert doc["total"] >= 501 and doc["scanned"] >= 501 and doc["stopped"] is None
+        rows = doc["processes"]
+        assert len(rows) == 20
+        assert rows == sorted(rows, key=lambda r: -r["uss"])
+        top = next(r for r in rows if r["pid"] == big.pid)
+        assert top["uss"] >= 150 * 1024 * 1024 and top["pss"] >= top["uss"] and top["rss"] >= top["uss"]
+        # Command lines are cut short (this one carries a "token").
+        assert len(top["cmdline"]) <= processes.CMDLINE_MAX and top["cmdline"].endswith("...")
+        # A smaller scan stops and says why.
+        doc = processes.top_processes(max_scan=100)
+        assert doc["scanned"] == 100 and "first 100" in doc["stopped"]
+
+
+def test_the_time_budget_stops_the_scan() -> None:
+    ticks = iter(range(0, 10**6))
+    doc = processes.top_processes(budget_s=5, clock=lambda: float(next(ticks)))
+    assert doc["scanned"] <= 6 and "time budget of 5 s" in doc["stopped"]
+
+
+def test_no_environment_is_ever_read() -> None:
+    opened: list[str] = []
+
+    def hook(event: str, args: tuple) -> None:  # type: ignore[type-arg]
+        if event == "open" and isinstance(args[0], str) and args[0].startswith("/proc/"):
+            opened.append(args[0])
+
+    sys.addaudithook(hook)  # audit hooks stay for the process: this one only records /proc opens
+    with crowd(5):
+        processes.top_processes()
+    assert opened, "the audit hook saw no /proc reads"
+    assert any(p.endswith("/smaps_rollup") for p in opened)
+    assert not [p for p in opened if p.endswith("/environ")]
+    opened.clear()
+
+
+def test_the_sidecar_serves_its_processes() -> None:
+    with crowd(3) as big, sidecar_process("127.0.0.33", ["--interval", "1", "--ray-metrics-url", ""]) as url:
+        wait_until(lambda: bool(get_json(url + "/v1/processes")["processes"]), 20, what="a process table")
+        doc = get_json(url + "/v1/processes")
+        assert any(r["pid"] == big.pid for r in doc["processes"]) and doc["took_s"] < processes.BUDGET_S + 1
