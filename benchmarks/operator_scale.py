@@ -1,16 +1,22 @@
-"""``make bench-operator``: the real operator guarding 500 and 2,000 pods.
+"""``make bench-operator``: the real operator guarding 2,000, 10,000 and
+20,000 pods (issue 16).
 
-The world: the emulated API (tests/emulator) in this process with N worker
-pods in RayClusters of 50, each pod at its own loopback address
-(127.2.x.y); one process here plays all their sidecars (a socket per pod IP;
-each answer is a fresh sample stamped when it is served). One MemoryGuard
-selects them all and polls every 15 s. The operator runs as a real process.
+The world: the emulated API (devkit) in this process with N worker pods in
+RayClusters of 50, each pod at its own loopback address (127.2.x.y); one
+process here plays all their sidecars (a socket per pod IP; each answer is a
+fresh sample stamped when it is served). Up to 10,000 pods one MemoryGuard
+selects them all; beyond, guards of 5,000 each. Every guard polls every 15 s.
+The operator runs as a real process.
 
-Prints, per N, after a warm-up: the operator's CPU share (CPU seconds per
-wall second, from /proc), its RSS, and p50/p99 of the time from a sample
-being served to the decision on it (the operator's own
+Prints one line per N, after a warm-up: the operator's CPU share (CPU
+seconds per wall second, from /proc), its RSS, p50/p99 of the time from a
+sample being served to the decision on it (the operator's own
 ``memoryguard_sample_to_decision_seconds`` histogram, interpolated within
-buckets). Targets at 2,000 pods: <= 0.5 core, <= 300 MiB, p99 <= 1 s.
+buckets), the mean and longest guard cycle, the longest gap between two
+polls of one pod (seen by the sidecars), and the largest guard status.
+Exits 1 when a status could not be written or a target is missed: at most 1
+core and 500 MiB, p99 at most 1 s, every pod polled at least once every two
+intervals (30 s), every status within 64 KiB.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -35,6 +42,13 @@ from memoryguard_kuberay.devkit.emulator.world import load_crds
 
 PORT = 19208
 GIB = 1024**3
+INTERVAL_S = 15
+PER_GUARD = 5000  # beyond 10,000 pods, guards of this many
+TARGETS = {"cpu_share": 1.0, "rss_mib": 500.0, "p99_s": 1.0, "max_gap_s": 2 * INTERVAL_S,
+           "status_bytes": 64 * 1024}
+POLLED: dict[str, float] = {}  # pod IP -> when its sidecar was last asked
+GAPS: dict[str, float] = {}  # pod IP -> the longest gap between two asks while measuring
+MEASURING = {"on": False}
 
 
 def pod_ip(i: int) -> str:
@@ -45,6 +59,10 @@ async def sidecar(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
     try:
         await reader.readuntil(b"\r\n\r\n")
         now = time.time()
+        ip = writer.get_extra_info("sockname")[0]
+        if MEASURING["on"] and ip in POLLED:
+            GAPS[ip] = max(GAPS.get(ip, 0.0), now - POLLED[ip])
+        POLLED[ip] = now
         ws = int(20 * GIB + (hash((writer.get_extra_info("sockname")[0], int(now / 15))) % 1000) * 1024 * 1024)
         sample = {"time": now, "memory_current": ws + GIB, "memory_max": 64 * GIB, "anon": ws, "file": 2 * GIB,
                   "inactive_file": GIB, "shmem": GIB, "working_set": ws, "plasma_used": 2 * GIB,
@@ -93,17 +111,36 @@ def proc_cpu_rss(pid: int) -> tuple[float, float]:
     return cpu, rss
 
 
-async def run(n: int, seconds: float, warmup: float) -> dict[str, float | int | None]:
+def cycle_stats(url: str) -> tuple[float, float]:
+    """(sum, count) of the guards' cycle seconds, all guards together, and
+    the upper bound of the highest bucket any cycle fell in."""
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    total = count = 0.0
+    for line in text.splitlines():
+        if line.startswith("memoryguard_guard_cycle_seconds_sum"):
+            total += float(line.split()[-1])
+        elif line.startswith("memoryguard_guard_cycle_seconds_count"):
+            count += float(line.split()[-1])
+    return total, count
+
+
+async def run(n: int, seconds: float, warmup: float) -> dict[str, Any]:
     api = EmulatedApi()
     load_crds(api)
     api.put("namespaces", {"metadata": {"name": "default"}})  # kopf waits for the namespace it serves
+    POLLED.clear()
+    GAPS.clear()
+    MEASURING["on"] = False
     servers = [await asyncio.start_server(sidecar, pod_ip(i), PORT, backlog=64) for i in range(n)]
     per = 50
+    guards = 1 if n <= 10000 else (n + PER_GUARD - 1) // PER_GUARD
     for c in range(0, n, per):
         name = f"bench-{c // per:03d}"
+        shard = str((c // PER_GUARD) % guards)
         group = {"groupName": "w", "replicas": per, "minReplicas": 0, "maxReplicas": per,
                  "template": {"spec": {"containers": [{"name": "ray-worker"}]}}}
-        api.put("rayclusters", {"metadata": {"name": name, "namespace": "default", "labels": {"bench": "yes"}},
+        api.put("rayclusters", {"metadata": {"name": name, "namespace": "default",
+                                             "labels": {"bench": "yes", "shard": shard}},
                                 "spec": {"headGroupSpec": {"template": {"spec": {"containers": [{"name": "h"}]}}},
                                          "workerGroupSpecs": [group]}})
         for i in range(c, min(n, c + per)):
@@ -111,9 +148,10 @@ async def run(n: int, seconds: float, warmup: float) -> dict[str, float | int | 
                 "ray.io/is-ray-node": "yes", "ray.io/cluster": name, "ray.io/node-type": "worker",
                 "ray.io/group": "w"}}, "status": {"phase": "Running", "podIP": pod_ip(i), "conditions": [
                     {"type": "Ready", "status": "True"}]}})
-    api.put("memoryguards", {"metadata": {"name": "bench", "namespace": "default"}, "spec": {
-        "clusterSelector": {"matchLabels": {"bench": "yes"}},
-        "sampling": {"intervalSeconds": 15, "sidecarPort": PORT, "timeoutSeconds": 5}}})
+    for g in range(guards):
+        api.put("memoryguards", {"metadata": {"name": f"bench-{g}", "namespace": "default"}, "spec": {
+            "clusterSelector": {"matchLabels": {"bench": "yes", "shard": str(g)}},
+            "sampling": {"intervalSeconds": INTERVAL_S, "sidecarPort": PORT, "timeoutSeconds": 5}}})
     async with api, EmulatorServer(api, host="127.0.0.1") as server:
         tmp = Path(tempfile.mkdtemp())
         (tmp / "kubeconfig").write_text(yaml.safe_dump({
@@ -122,53 +160,86 @@ async def run(n: int, seconds: float, warmup: float) -> dict[str, float | int | 
             "users": [{"name": "e", "user": {"token": "x"}}],
             "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}]}))
         metrics_port = PORT + 1
+        log_path = tmp / "operator.log"
         env = {**os.environ, "KUBECONFIG": str(tmp / "kubeconfig"), "MEMORYGUARD_METRICS_HOST": "127.0.0.1",
                "MEMORYGUARD_METRICS_PORT": str(metrics_port), "MEMORYGUARD_DRAIN": "false",
                "MEMORYGUARD_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "memoryguard_kuberay", "operator", "--standalone",
-                                                    "-n", "default", env=env)
+        with log_path.open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "memoryguard_kuberay", "operator", "--standalone", "-n", "default", env=env,
+                stdout=log, stderr=log)
         try:
-            print(f"[{n} pods] warming up {warmup:.0f} s ...", file=sys.stderr)
+            print(f"[{n} pods, {guards} guard(s)] warming up {warmup:.0f} s ...", file=sys.stderr)
             await asyncio.sleep(warmup)
             url = f"http://127.0.0.1:{metrics_port}/metrics"
             c0, _ = proc_cpu_rss(proc.pid)
             h0 = histogram(url, "memoryguard_sample_to_decision_seconds")
+            s0 = cycle_stats(url)
+            GAPS.clear()
+            MEASURING["on"] = True
             t0 = time.time()
             print(f"[{n} pods] measuring {seconds:.0f} s ...", file=sys.stderr)
             await asyncio.sleep(seconds)
+            MEASURING["on"] = False
             c1, rss = proc_cpu_rss(proc.pid)
             h1 = histogram(url, "memoryguard_sample_to_decision_seconds")
+            s1 = cycle_stats(url)
             wall = time.time() - t0
+            # A pod never asked while measuring has an open gap up to the end.
+            end = time.time()
+            gaps = {ip: max(GAPS.get(ip, 0.0), end - POLLED.get(ip, t0)) for ip in (pod_ip(i) for i in range(n))}
             window = [(le, c - dict(h0).get(le, 0.0)) for le, c in h1]
-            status = api.get("memoryguards", "default", "bench")["status"]  # type: ignore[index]
-            return {"pods": n, "guarded": status["summary"]["pods"], "decisions": int(window[-1][1]),
+            statuses = [(g.get("status") or {}) for g in api.objects("memoryguards", "default")]
+            cycles = s1[1] - s0[1]
+            not_written = log_path.read_text(errors="replace").count("status not written")
+            return {"pods": n, "guards": guards,
+                    "guarded": sum((s.get("summary") or {}).get("pods", 0) for s in statuses),
+                    "decisions": int(window[-1][1]),
                     "cpu_share": round((c1 - c0) / wall, 3), "rss_mib": round(rss, 1),
                     "p50_s": quantile(window, 0.5), "p99_s": quantile(window, 0.99),
-                    "rotations": status["rotations"]["total"]}
+                    "cycle_mean_s": round((s1[0] - s0[0]) / cycles, 1) if cycles else None,
+                    "max_gap_s": round(max(gaps.values()), 1),
+                    "status_bytes": max(len(json.dumps(s, separators=(",", ":"))) for s in statuses),
+                    "status_missing": sum(1 for s in statuses if "summary" not in s), "not_written": not_written,
+                    "rotations": sum(((s.get("rotations") or {}).get("total") or 0) for s in statuses)}
         finally:
             proc.send_signal(signal.SIGTERM)
             await proc.wait()
-            for s in servers:
-                s.close()
+            for sv in servers:
+                sv.close()
 
 
-def main() -> None:
+def missed(r: dict[str, Any]) -> list[str]:
+    out = [f"{k} {r[k]} > {v}" for k, v in TARGETS.items() if r.get(k) is None or r[k] > v]
+    if r["status_missing"] or r["not_written"]:
+        out.append(f"{r['status_missing']} status(es) missing, {r['not_written']} write(s) refused")
+    if r["guarded"] != r["pods"]:
+        out.append(f"{r['guarded']} of {r['pods']} pods guarded")
+    return out
+
+
+def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pods", type=int, action="append", default=[])
     ap.add_argument("--seconds", type=float, default=90)
-    ap.add_argument("--warmup", type=float, default=45)
+    ap.add_argument("--warmup", type=float, default=60)
     a = ap.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
-    for n in a.pods or [500, 2000]:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 262144), hard))
+    failed = []
+    for n in a.pods or [2000, 10000, 20000]:
         r = asyncio.run(run(n, a.seconds, a.warmup))
         p50 = "?" if r["p50_s"] is None else f"{r['p50_s']:.3f}"
         p99 = "?" if r["p99_s"] is None else f"{r['p99_s']:.3f}"
-        print(f"{r['pods']:>5} pods ({r['guarded']} guarded): operator CPU {r['cpu_share']:.2f} core, "
-              f"RSS {r['rss_mib']} MiB, sample->decision p50 {p50} s, p99 {p99} s over {r['decisions']} decisions, "
-              f"{r['rotations']} rotations")
+        bad = missed(r)
+        print(f"{r['pods']:>5} pods ({r['guarded']} guarded, {r['guards']} guard(s)): operator CPU "
+              f"{r['cpu_share']:.2f} core, RSS {r['rss_mib']} MiB, sample->decision p50 {p50} s, p99 {p99} s over "
+              f"{r['decisions']} decisions, {r['rotations']} rotations; cycle {r['cycle_mean_s']} s, longest poll "
+              f"gap {r['max_gap_s']} s, status {r['status_bytes'] / 1024:.1f} KiB"
+              + (f"  MISSED: {'; '.join(bad)}" if bad else "  (targets met)"), flush=True)
+        failed += bad
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from memoryguard_kuberay.core import commands
-from memoryguard_kuberay.core.policy import Action, PodWindow, RotationHistory, decide
+from memoryguard_kuberay.core.policy import Action, PodWindow, Reason, RotationHistory, decide
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import write_trace
 
@@ -50,6 +50,7 @@ GIB = 1024**3
 MIB = 1024**2
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 TEST_PROFILE = ROOT / "examples" / "guards" / "test-profile.yaml"
 
@@ -182,6 +183,7 @@ def main() -> int:
           flush=True)
     samples: list[Sample] = []
     first_rotate: tuple[float, str] | None = None
+    first_memory: tuple[float, str] | None = None  # the first rotation for memory itself, not the store
     oom_at: float | None = None
     leak_start: float | None = None
     t0 = time.time()
@@ -221,9 +223,17 @@ def main() -> int:
                                 samples.append(s)
                                 window.add(s)
                                 d = decide(settings=settings, window=window, history=RotationHistory(), now_s=s.time_s)
-                                if first_rotate is None and d[0].action is Action.ROTATE:
-                                    first_rotate = (s.time_s, f"{d[0].reason.value}: {d[0].message}")
-                                    print(f"[{s.time_s - t0:6.0f} s] POLICY: rotate ({first_rotate[1]})", flush=True)
+                                if d[0].action is not Action.ROTATE:
+                                    continue
+                                said = (s.time_s, f"{d[0].reason.value}: {d[0].message}")
+                                if first_rotate is None:
+                                    first_rotate = said
+                                    print(f"[{s.time_s - t0:6.0f} s] POLICY: rotate ({said[1]})", flush=True)
+                                if first_memory is None and d[0].reason not in STORE_REASONS:
+                                    first_memory = said
+                                    if said is not first_rotate:
+                                        print(f"[{s.time_s - t0:6.0f} s] POLICY (memory rules): rotate ({said[1]})",
+                                              flush=True)
                         if time.time() - last_print >= 30 and samples:
                             last_print = time.time()
                             s = samples[-1]
@@ -259,6 +269,9 @@ def main() -> int:
         return 1
     print(f"RESULT: policy said rotate at {first_rotate[0] - t0:.0f} s, kernel OOM-killed at {oom_at - t0:.0f} s: "
           f"lead {oom_at - first_rotate[0]:.0f} s ({first_rotate[1][:120]})")
+    if first_memory is not None and first_memory is not first_rotate:
+        print(f"        the memory rules alone: rotate at {first_memory[0] - t0:.0f} s, lead "
+              f"{oom_at - first_memory[0]:.0f} s ({first_memory[1][:120]})")
     return 0
 
 

@@ -100,9 +100,14 @@ def test_rbac_is_exactly_what_the_code_uses(helm: str) -> None:
     assert _rules(cluster, "ClusterRole") == _expected(kube.API_USE) | _expected(kube.API_USE_CLUSTER)
     namespaced = render(helm, "--set", "watchNamespaces={ray-a,ray-b}")
     assert _rules(namespaced, "ClusterRole") == _expected(kube.API_USE_CLUSTER)
-    roles = [d for d in namespaced if d["kind"] == "Role" and not _is_hook(d)]
+    roles = [d for d in namespaced if d["kind"] == "Role" and not _is_hook(d)
+             and not d["metadata"]["name"].endswith("-leader")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["ray-a", "ray-b"]
     assert _rules(roles[:1], "Role") == _expected(kube.API_USE)
+    # Leader election: a Lease in the release's own namespace, nothing more.
+    for docs in (cluster, namespaced):
+        leader = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader")]
+        assert len(leader) == 1 and _rules(leader, "Role") == _expected(kube.API_USE_LEADER)
     everything = _rules(cluster, "ClusterRole")
     assert not any("*" in x for t in everything for x in t) and not any(r == "secrets" for _, r, _ in everything)
 
@@ -144,14 +149,14 @@ def test_operator_pod_is_restricted(helm: str) -> None:
     sc = c["securityContext"]
     assert sc["readOnlyRootFilesystem"] and sc["runAsNonRoot"] and not sc["allowPrivilegeEscalation"]
     assert sc["capabilities"]["drop"] == ["ALL"] and sc["seccompProfile"]["type"] == "RuntimeDefault"
-    env = {e["name"]: e["value"] for e in c["env"]}
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
     assert env["MEMORYGUARD_SIDECAR_IMAGE"] == "ghcr.io/memoryguard/memoryguard-sidecar:0.1.0"
 
 
 def test_chart_values_reach_the_operator_settings(helm: str) -> None:
     def settings(*args: str) -> config.OperatorConfig:
         dep = next(d for d in render(helm, *args) if d["kind"] == "Deployment")
-        return config.from_env({e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]})
+        return config.from_env({e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e})
     default = settings()
     assert (default.drain, default.drain_rpc_timeout_s, default.metrics_port) == (True, 15.0, 8080)
     changed = settings("--set", "drain.enabled=false,drain.rpcTimeoutSeconds=4,metrics.port=9000")
@@ -184,7 +189,7 @@ def test_sidecar_policy_goes_where_ray_pods_run_or_the_notes_say_it_does_not(hel
 def test_the_operator_learns_the_trust_limits_from_the_chart(helm: str) -> None:
     def cfg(*args: str) -> config.OperatorConfig:
         dep = next(d for d in render(helm, *args) if d["kind"] == "Deployment")
-        return config.from_env({e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]})
+        return config.from_env({e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e})
 
     default = cfg()
     assert default.trust.sidecar_images == ("ghcr.io/memoryguard/memoryguard-sidecar",)
@@ -243,3 +248,12 @@ def test_invalid_guards_are_rejected_with_a_clear_message(doc: dict, says: str, 
     body = {"apiVersion": "memoryguard.io/v1alpha1", "kind": "MemoryGuard", "metadata": {"name": "x"}, **doc}
     messages = [e.message for e in guard_schema.iter_errors(body)]
     assert any(says in m for m in messages), messages
+
+
+def test_a_standby_replica_with_leader_election(helm: str) -> None:
+    one = next(d for d in render(helm) if d["kind"] == "Deployment")
+    assert one["spec"]["replicas"] == 1 and one["spec"]["strategy"]["type"] == "Recreate"
+    two = next(d for d in render(helm, "--set", "replicaCount=2") if d["kind"] == "Deployment")
+    assert two["spec"]["replicas"] == 2 and two["spec"]["strategy"]["type"] == "RollingUpdate"
+    args = two["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--leader-elect" in args and "--standalone" not in args

@@ -14,6 +14,8 @@ def render(results: Sequence[Result]) -> str:
     for r in results:
         f = r.figures
         outcome = ("ok: " + r.scenario.expect) if r.ok else ("FAILED: " + r.problem)
+        if "takeover_s" in f:
+            outcome += f" (takeover {f['takeover_s']} s)"
         lines.append(f"{r.scenario.fault[:78]:<78} {f['rotated']:>3} {f['failed']:>4} {f['evictions']:>5} "
                      f"{f['false']:>5} {f['violations']:>4} {r.seconds:>5.1f} {f.get('rss_peak_mib', 0):>5.0f}  "
                      f"{outcome}")

@@ -48,6 +48,7 @@ class Scenario:
     replace_delay_s: float | None = 0.3
     operator_env: dict[str, str] = dataclasses.field(default_factory=dict)
     expect: str = "the leaking worker rotated once the fault cleared"
+    leader_elect: bool = False  # the operator runs as one of several replicas (a Lease)
 
 
 @dataclasses.dataclass
@@ -72,7 +73,7 @@ async def play(workdir: Path, sc: Scenario, *, seed: int = 7) -> Result:
         await start_cluster(w, sc.workers)
         ref.leaking = set(leaking_pods(w))
         w.api.put("memoryguards", guard(**spec))
-        await w.start_operator(extra_env=sc.operator_env)
+        await w.start_operator(extra_env=sc.operator_env, leader_elect=sc.leader_elect)
         problem = ""
         try:
             await sc.act(w, rng)
@@ -83,6 +84,7 @@ async def play(workdir: Path, sc: Scenario, *, seed: int = 7) -> Result:
         except AssertionError as e:
             problem = str(e).splitlines()[0]
         figures = ref.finish()
+        figures.update(w.notes)
         figures["rss_peak_mib"] = max((peak_rss_mib(op.pid) for op in w.operators if op.returncode is None),
                                       default=0.0)
         ok = not problem and not ref.violations and figures["false"] == 0 and (
@@ -279,6 +281,40 @@ def killed_at(phase: str) -> Act:
     return act
 
 
+TAKEOVER_S = 30.0
+LEASE = ("default", "memoryguard-operator")
+
+
+def _holder(w: World) -> str:
+    lease = w.api.get("leases", *LEASE) or {}
+    return str((lease.get("spec") or {}).get("holderIdentity") or "")
+
+
+async def leader_killed(w: World, rng: random.Random) -> None:
+    """Two replicas; the active one is SIGKILLed while the leaking pod's
+    rotation is held at the eviction; the standby must take over within
+    TAKEOVER_S and finish that rotation, never evicting twice."""
+    await w.start_operator(leader_elect=True)  # the standby
+    await w.wait_for(lambda: _holder(w), 30, "a replica holding the Lease")
+    leak = leaking_pod(w)
+    w.api.faults.append(lambda r: ApiError(503, "ServiceUnavailable", "held") if r.subresource == "eviction" else None)
+    await w.wait_for(lambda: phase_of(w, leak) == "evicting", 60, "the evicting phase")
+    await asyncio.sleep(1.0)  # a few cycles held at this step
+    holder = _holder(w)
+    active = next(op for op in w.operators if holder.endswith(f"-{op.pid}"))
+    standby = next(op for op in w.operators if op is not active)
+    killed = time.monotonic()
+    await w.stop_operator(active, kill=True)
+    w.api.faults.clear()
+    await w.wait_for(lambda: _holder(w).endswith(f"-{standby.pid}"), TAKEOVER_S + 10, "the standby holding the Lease")
+    took = time.monotonic() - killed
+    w.notes["takeover_s"] = round(took, 1)
+    assert took <= TAKEOVER_S, f"the standby took over after {took:.1f} s"
+    await w.wait_for(lambda: w.events("WorkerRotated"), 60, "the rotation finished by the standby")
+    started = w.events("WorkerRotationStarted")
+    assert len(started) == 1, f"{len(started)} WorkerRotationStarted: started again instead of resumed"
+
+
 async def gcs_unreachable(w: World, rng: random.Random) -> None:
     # Draining is on, and nothing listens at the head pod's GCS port: the
     # real Ray client is asked, and the rotation must go on without it.
@@ -354,6 +390,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("kill-evicted", "operator SIGKILLed after evicting (replacement pending)", killed_at("replacing"),
              guard_spec={"rotation": {"replacementTimeoutSeconds": 10800}},
              expect="restart waits for the replacement; one eviction"),
+    Scenario("leader-killed", "two replicas: the active one SIGKILLed mid-rotation (eviction held)", leader_killed,
+             leader_elect=True, expect="the standby took the Lease over within 30 s and finished the rotation; "
+                                       "one eviction"),
     Scenario("gcs-down", "Ray GCS unreachable when the worker is drained", gcs_unreachable,
              operator_env={"MEMORYGUARD_DRAIN": "true", "MEMORYGUARD_DRAIN_RPC_TIMEOUT_SECONDS": "1"},
              expect="drain reported failed (Warning Event); the pod evicted all the same"),

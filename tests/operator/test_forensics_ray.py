@@ -19,12 +19,13 @@ import pytest
 import yaml
 
 from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
+from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.operator import forensics
 from memoryguard_kuberay.operator.kube import Credentials, Kube
 
-from ..procs import sidecar_process
+from ..procs import get_json, sidecar_process, wait_until
 from ..rayfixture import RAY_ENV, ray_head
 
 pytestmark = pytest.mark.ray
@@ -70,10 +71,15 @@ async def test_the_artifact_names_the_leaking_line_and_the_top_process(tmp_path:
             args = ["--interval", "1", "--ray-metrics-url", ""]
             with sidecar_process("127.0.0.1", args) as url:
                 port = int(url.rsplit(":", 1)[1])
+                wait_until(lambda: get_json(url + "/v1/samples")["samples"], 15, what="a sample")
+                last = Sample.from_wire(get_json(url + "/v1/samples")["samples"][-1])
+                ev = Evidence(used_bytes=last.unreclaimable_bytes, limit_bytes=last.memory_max_bytes,
+                              slope_bytes_per_h=4.5 * 2**30, projected_oom_s=5160.0)
                 subject = forensics.Subject(
-                    namespace="default", guard="g", guard_uid="u", pod="ray-worker-0", pod_uid="p", cluster="rc",
-                    group="workers", ip="127.0.0.1", sidecar_port=port, gcs_address=head.gcs_address,
-                    decision=Decision(Action.ROTATE, Reason.PROJECTED_OOM, "growing", Evidence()), last_sample=None)
+                    namespace="default", guard="leak-guard", guard_uid="u", pod="ray-worker-0", pod_uid="p",
+                    cluster="rc", group="workers", ip="127.0.0.1", sidecar_port=port, gcs_address=head.gcs_address,
+                    decision=Decision(Action.ROTATE, Reason.PROJECTED_OOM, "growing +4.5 GiB/h, projected OOM in "
+                                      "1 h 26 m", ev), last_sample=last)
                 async with aiohttp.ClientSession() as http:
                     doc = await forensics.collect(subject, http=http, budget_s=30, with_ray=True)
         finally:
@@ -88,6 +94,8 @@ async def test_the_artifact_names_the_leaking_line_and_the_top_process(tmp_path:
     assert size <= forensics.ARTIFACT_MAX_BYTES
     print(f"\nartifact: {size} bytes, collected in {doc['tookSeconds']} s")
     (tmp_path / "artifact.json").write_text(json.dumps(doc, indent=1))
+    if os.environ.get("MEMORYGUARD_KEEP_ARTIFACT"):  # how docs/forensics.md got its example
+        Path(os.environ["MEMORYGUARD_KEEP_ARTIFACT"]).write_text(json.dumps(doc, indent=1) + "\n")
 
     # Kept in a ConfigMap, printed by the command a user runs.
     api = EmulatedApi()

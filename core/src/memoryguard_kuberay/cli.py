@@ -29,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--guard", metavar="FILE.yaml")
     b.add_argument("--json", action="store_true")
     b.add_argument("--no-cost", action="store_true", help="skip the policy cost measurement")
+    b.add_argument("--safety-seconds", type=float, default=600.0,
+                   help="a leak counts as caught this long before its OOM at least (default 600: time to drain)")
 
     g = sub.add_parser("gen-traces", help="write synthetic traces and labels.json")
     g.add_argument("out_dir", metavar="DIR")
@@ -115,7 +117,8 @@ def _bench(args: argparse.Namespace) -> int:
     from memoryguard_kuberay.core import commands
 
     directory = args.directory or str(commands.examples_dir())
-    result = commands.bench(directory, labels_path=args.labels, guard=args.guard, as_json=args.json)
+    result = commands.bench(directory, labels_path=args.labels, guard=args.guard, as_json=args.json,
+                            safety_s=args.safety_seconds)
     if not args.no_cost:
         cost = policy_cost.measure(commands.load_traces([directory]), commands.load_guard_settings(args.guard))
         result["cost"] = cost

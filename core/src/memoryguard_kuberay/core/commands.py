@@ -120,7 +120,7 @@ def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: st
 
 
 def bench_table(traces: Sequence[Trace], labels: dict[str, dict[str, Any]], settings: PolicySettings,
-                progress: IO[str] | None = None) -> dict[str, Any]:
+                progress: IO[str] | None = None, safety_s: float = scoring.SAFETY_S) -> dict[str, Any]:
     """Policy and static baseline side by side on the same traces."""
     ours: dict[str, float | None] = {}
     base: dict[str, float | None] = {}
@@ -129,7 +129,8 @@ def bench_table(traces: Sequence[Trace], labels: dict[str, dict[str, Any]], sett
             print(f"[{i}/{len(traces)}] {tr.name}", file=progress)
         ours[tr.name] = replay(tr.name, tr.samples, settings).first_rotation_s
         base[tr.name] = scoring.baseline_first_rotation(tr.samples)
-    return {"policy": scoring.score(labels, ours), "baseline": scoring.score(labels, base)}
+    return {"policy": scoring.score(labels, ours, safety_s=safety_s),
+            "baseline": scoring.score(labels, base, safety_s=safety_s)}
 
 
 def _cell(row: scoring.Row) -> str:
@@ -138,8 +139,8 @@ def _cell(row: scoring.Row) -> str:
     return {"ok": "ok", "false_rotation": "FALSE ROTATION", "missed": "MISSED"}.get(row.outcome, row.outcome)
 
 
-def bench(directory: str, *, labels_path: str | None, guard: str | None, as_json: bool,
-          out: IO[str] = sys.stdout, progress: IO[str] = sys.stderr) -> dict[str, Any]:
+def bench(directory: str, *, labels_path: str | None, guard: str | None, as_json: bool, out: IO[str] = sys.stdout,
+          progress: IO[str] = sys.stderr, safety_s: float = scoring.SAFETY_S) -> dict[str, Any]:
     settings = load_guard_settings(guard)
     traces = load_traces([directory])
     lp = labels_path or str(Path(directory) / "labels.json")
@@ -147,7 +148,7 @@ def bench(directory: str, *, labels_path: str | None, guard: str | None, as_json
         labels = read_labels(lp)
     except TraceError as exc:
         raise UsageError(f"{exc} (pass --labels)") from None
-    result = bench_table(traces, labels, settings, None if as_json else progress)
+    result = bench_table(traces, labels, settings, None if as_json else progress, safety_s)
     pol: scoring.Score = result["policy"]
     bas: scoring.Score = result["baseline"]
     if as_json:

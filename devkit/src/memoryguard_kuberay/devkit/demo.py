@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import json
 import sys
 import tempfile
@@ -22,6 +23,7 @@ from typing import Any
 from memoryguard_kuberay.core import commands
 from memoryguard_kuberay.core.plot import save_grid
 from memoryguard_kuberay.core.traces import read_labels, read_trace
+from memoryguard_kuberay.operator import forensics, forensics_cli
 
 from .emulator.world import SIDECAR_PORT, World, world
 
@@ -51,6 +53,7 @@ class Demo:
         self.assigned: dict[str, str] = {}  # pod name -> trace name
         self.log: list[str] = []
         self.seen_events: set[str] = set()
+        self.evidence = ""  # the latest forensics artifact, printed readably
 
     def trace_for(self, pod: dict[str, Any]) -> Path:
         name = pod["metadata"]["name"]
@@ -125,9 +128,21 @@ class Demo:
                     await asyncio.sleep(0.5)
                 self.collect_events(w)
                 summary = self.summarize(w, time.monotonic() - started)
+                self.evidence = self.latest_evidence(w)
                 if a.plot:
                     self.plot(w, a.plot)
             return summary
+
+    def latest_evidence(self, w: World) -> str:
+        """The evidence the operator kept before its latest rotation, as
+        ``memoryguard-kuberay forensics`` prints it."""
+        kept = sorted(w.api.objects("configmaps", "default"), key=lambda c: c["metadata"]["name"])
+        if not kept:
+            return ""
+        out = io.StringIO()
+        forensics_cli.render(json.loads(kept[-1]["data"][forensics.DATA_KEY]), configmap=kept[-1]["metadata"]["name"],
+                             out=out)
+        return out.getvalue()
 
     def summarize(self, w: World, duration: float) -> dict[str, Any]:
         initial = [n for n in self.assigned if "-head-" not in n][: self.args.workers]
@@ -225,6 +240,9 @@ def main(argv: list[str]) -> int:
           f"remediation(s) applied, {summary['duration_s']:.0f} s")
     if args.plot:
         print(f"timeline: {args.plot}")
+    if demo.evidence:
+        print("\nthe evidence kept before the latest rotation (memoryguard-kuberay forensics POD):")
+        print(demo.evidence, end="")
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     return 0

@@ -43,6 +43,7 @@ from memoryguard_kuberay.operator.trust import Trust
 log = logging.getLogger("memoryguard_kuberay.operator")
 STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})
 POLL_CONCURRENCY = 64
+MIN_PAUSE_S = 0.5  # operator clock: the least pause between two cycles of one guard
 
 
 @dataclasses.dataclass
@@ -194,8 +195,13 @@ class GuardReconciler:
         await self.write_status(status)
         deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
         self.ctx.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
-        self.ctx.metrics.cycle_seconds.labels(self.namespace, self.name).observe(time.monotonic() - t0)
-        return spec.sampling.interval_s
+        took = time.monotonic() - t0
+        self.ctx.metrics.cycle_seconds.labels(self.namespace, self.name).observe(took)
+        # Cycles start every interval, not an interval after the last one
+        # ended: a long cycle (thousands of pods) must not stretch the time
+        # between two polls of a pod. A cycle longer than the interval is
+        # followed by the next at once (after a breath for the event loop).
+        return max(MIN_PAUSE_S, spec.sampling.interval_s - took * self.ctx.clock.scale)
 
     # -- rotations -------------------------------------------------------------------
     def rotations_status(self) -> dict[str, Any]:

@@ -42,6 +42,11 @@ API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 API_USE_UNINSTALL: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("memoryguard.io", "memoryguards", ("list", "delete")),
 )
+# Leader election among replicas (leader.py): one Lease in the operator's own
+# namespace, with a Role there.
+API_USE_LEADER: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("coordination.k8s.io", "leases", ("get", "create", "update")),
+)
 # Cluster-scoped reads kopf makes in any mode (not namespaced).
 API_USE_CLUSTER: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "namespaces", ("get", "list", "watch")),
@@ -56,6 +61,7 @@ EVENT_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0)
 RAYCLUSTERS = ("ray.io", "v1", "rayclusters")
 MEMORYGUARDS = ("memoryguard.io", "v1alpha1", "memoryguards")
 PDBS = ("policy", "v1", "poddisruptionbudgets")
+LEASES = ("coordination.k8s.io", "v1", "leases")
 
 
 class ApiError(Exception):
@@ -228,6 +234,21 @@ class Kube:
         except ApiError as e:
             if e.status != 404:
                 raise
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(await self.request("GET", _path(LEASES, namespace, name)))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
+        await self.request("POST", _path(LEASES, namespace), json=dict(body))
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """PUT with the resourceVersion read: 409 when someone wrote it since."""
+        await self.request("PUT", _path(LEASES, namespace, name), json=dict(body))
 
     async def list_all_guards(self) -> list[dict[str, Any]]:
         doc = await self.request("GET", _path(MEMORYGUARDS, None))

@@ -1,8 +1,11 @@
 """``memoryguard-kuberay operator``: run the kopf operator.
 
-One active replica: kopf's peering pauses lower-priority operators, and equal
-priorities all freeze, so the chart runs one replica with a priority (and
-``Recreate`` updates). ``--standalone`` skips peering (tests, the demo).
+One active replica. ``--leader-elect`` (the chart's default) takes a Lease
+first and runs kopf only while holding it (leader.py), so the chart can run
+a standby replica that takes over within about 20 s of the active one's
+death. kopf's own peering is not leader election (equal priorities all
+pause): with ``--leader-elect`` kopf runs standalone, as it does with
+``--standalone`` (tests, the demo).
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ import argparse
 import asyncio
 import logging
 import os
+import socket
 import sys
-from collections.abc import Sequence
+import urllib.parse
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 
 def main(argv: Sequence[str]) -> int:
@@ -24,6 +30,12 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--peering", default=os.environ.get("MEMORYGUARD_PEERING", "memoryguard"))
     p.add_argument("--priority", type=int, default=int(os.environ.get("MEMORYGUARD_PRIORITY", "100")))
     p.add_argument("--log-level", default=os.environ.get("MEMORYGUARD_LOG_LEVEL", "INFO"))
+    p.add_argument("--leader-elect", action="store_true",
+                   default=os.environ.get("MEMORYGUARD_LEADER_ELECTION", "").lower() in ("1", "true", "yes"),
+                   help="act only while holding the Lease (one active replica among several)")
+    p.add_argument("--lease-namespace", default=os.environ.get("MEMORYGUARD_LEASE_NAMESPACE")
+                   or os.environ.get("POD_NAMESPACE") or "default")
+    p.add_argument("--lease-name", default=os.environ.get("MEMORYGUARD_LEASE_NAME", "memoryguard-operator"))
     a = p.parse_args(list(argv))
     logging.basicConfig(level=a.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -32,11 +44,78 @@ def main(argv: Sequence[str]) -> int:
     from memoryguard_kuberay.operator import handlers  # noqa: F401  (registers the handlers)
 
     namespaces: list[str] = list(a.namespace)
-    try:
-        asyncio.run(kopf.operator(
-            standalone=a.standalone, peering_name=None if a.standalone else a.peering, priority=a.priority,
+    standalone = a.standalone or a.leader_elect
+
+    def operator() -> Coroutine[Any, Any, None]:
+        return kopf.operator(
+            standalone=standalone, peering_name=None if standalone else a.peering, priority=a.priority,
             namespaces=namespaces, clusterwide=not namespaces, liveness_endpoint=os.environ.get(
-                "MEMORYGUARD_LIVENESS_ENDPOINT") or None))
+                "MEMORYGUARD_LIVENESS_ENDPOINT") or None)
+
+    try:
+        if not a.leader_elect:
+            asyncio.run(operator())
+            return 0
+        return asyncio.run(_while_leading(operator, a.lease_namespace, a.lease_name,
+                                          os.environ.get("MEMORYGUARD_LIVENESS_ENDPOINT") or None))
     except KeyboardInterrupt:
         return 130
-    return 0
+
+
+async def _standby_health(endpoint: str | None) -> asyncio.Server | None:
+    """While standing by, the liveness endpoint says so (kopf serves it only
+    once it runs): a standby is alive, not stuck. Its readiness (the metrics
+    port) stays down, so only the active replica is scraped."""
+    if not endpoint:
+        return None
+    url = urllib.parse.urlsplit(endpoint)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            body = b"standing by for the Lease\n"
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\n\r\n" + body)
+            await writer.drain()
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(answer, url.hostname or "0.0.0.0", url.port or 8081)
+
+
+async def _while_leading(operator: Callable[[], Coroutine[Any, Any, None]], namespace: str, name: str,
+                         liveness: str | None = None) -> int:
+    """Take the Lease, run the operator while holding it; exit 1 the moment
+    it is lost (the pod restarts as a standby), give it up on a clean stop."""
+    from memoryguard_kuberay.operator.kube import Kube, load_credentials
+    from memoryguard_kuberay.operator.leader import LeaderElector, LeaseConfig
+
+    log = logging.getLogger("memoryguard_kuberay.operator.leader")
+    identity = f"{socket.gethostname()}-{os.getpid()}"
+    kube = Kube(load_credentials(), timeout_s=5.0)
+    elector = LeaderElector(kube, LeaseConfig(namespace=namespace, name=name, identity=identity))
+    health = await _standby_health(liveness)
+    try:
+        await elector.acquire()
+        if health is not None:
+            health.close()
+            await health.wait_closed()
+            health = None
+        log.info("leading as %s (Lease %s/%s)", identity, namespace, name)
+        running = asyncio.create_task(operator())
+        holding = asyncio.create_task(elector.hold())
+        done, _ = await asyncio.wait({running, holding}, return_when=asyncio.FIRST_COMPLETED)
+        if holding in done:
+            log.error("lost the Lease: stopping now, so that two operators never act at once")
+            running.cancel()
+            os._exit(1)  # nothing of this process may act after this line
+        holding.cancel()
+        await elector.release()
+        running.result()
+        return 0
+    finally:
+        if health is not None:
+            health.close()
+        await kube.close()

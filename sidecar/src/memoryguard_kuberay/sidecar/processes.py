@@ -45,7 +45,8 @@ def _one(pid: int) -> ProcessMemory | None:
         with p.oneshot():
             mem = p.memory_full_info()  # smaps_rollup: uss, pss; statm: rss
             name = p.name()[:64]
-            cmd = " ".join(p.cmdline())
+            # Ray's workers pad their titles with spaces: runs of them say nothing.
+            cmd = " ".join(" ".join(p.cmdline()).split())
     except (psutil.Error, OSError, ValueError):
         return None  # gone, a kernel thread, or not ours to read
     if len(cmd) > CMDLINE_MAX:

@@ -131,6 +131,7 @@ def rapid_projection(window: PodWindow, settings: PolicySettings,
 DAY_S = 86400.0
 FLOOR_MIN_SPAN_S = 24 * 3600.0  # a whole day of floors: a daily swing is not a trend
 FLOOR_MIN_TAU = 0.6
+FLOOR_DAY_RISE = 0.6  # of the trend's rise over a day, seen day over day
 
 
 def floor_projection(window: PodWindow, settings: PolicySettings,
@@ -147,12 +148,12 @@ def floor_projection(window: PodWindow, settings: PolicySettings,
                 min_span_s=FLOOR_MIN_SPAN_S, min_tau=FLOOR_MIN_TAU, highest_peaks=True)
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
         return NO, p
-    # Above yesterday's floor at the same hour, by at least half the trend:
+    # Above yesterday's floor at the same hour, by most of what the trend says:
     # a daily swing fitted over one day can slope, but it comes back.
     day = int(DAY_S // window.floor.bucket_s)
     lows = [b.low for b in window.floor.buckets]
     rises = [lows[i + day] - lows[i] for i in range(len(lows) - day)]
-    if not rises or min(rises) < 0.5 * p.slope_per_s * DAY_S:
+    if not rises or min(rises) < FLOOR_DAY_RISE * p.slope_per_s * DAY_S:
         return NO, p
     return Verdict(True, f"the floor it returns to rises {fmt_rate(p.slope_per_s * 3600)} over a day, projected "
                          f"OOM in {fmt_duration(p.eta_s)}"), p

@@ -22,6 +22,7 @@ RAPID_BUCKET_S = 60.0  # the rapid-growth series: one-minute means
 # a bit, so that a daily swing is seen whole.
 FLOOR_BUCKET_S = 7200.0
 FLOOR_WINDOW_S = 28 * 3600.0
+FLOOR_WARMUP_S = 3600.0
 
 
 @dataclasses.dataclass
@@ -198,7 +199,11 @@ class PodWindow:
         used = sample.unreclaimable_bytes
         closed = self.used.add(t, float(used) if used is not None else None)
         self.rapid.add(t, float(used) if used is not None else None)
-        self.floor.add(t, float(used) if used is not None else None)
+        if t - self.regime_start_s >= FLOOR_WARMUP_S:
+            # The floor starts after the first hour: a model loading is not a
+            # floor that rises (a cache filling for hours slows down, which
+            # the deceleration check sees).
+            self.floor.add(t, float(used) if used is not None else None)
         warm = t - self.regime_start_s >= s.trend_min_span_s / 2
         if closed is not None and self.baseline_used_bytes is None and warm:
             self.baseline_used_bytes = closed.mean

@@ -100,6 +100,7 @@ class World:
     metrics_port: int = 0
     proxied: bool = False  # a SidecarProxy (fault injection) in front of each sidecar
     proxies: dict[str, SidecarProxy] = dataclasses.field(default_factory=dict)  # pod name -> proxy
+    notes: dict[str, Any] = dataclasses.field(default_factory=dict)  # figures a scenario measured itself
 
     def clock(self, wall: float | None = None) -> float:
         return self.epoch + ((time.time() if wall is None else wall) - self.epoch) * self.speed
@@ -126,7 +127,10 @@ class World:
             self.proxies[name] = proxy
         return sc
 
-    async def start_operator(self, *, extra_env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    async def start_operator(self, *, extra_env: dict[str, str] | None = None,
+                             leader_elect: bool = False) -> asyncio.subprocess.Process:
+        """The real operator as a process; ``leader_elect``: one of several
+        replicas, acting only while it holds the Lease default/memoryguard-operator."""
         self.metrics_port = free_port("127.0.0.1")
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "MEMORYGUARD_TIME_SCALE": str(self.speed),
                "MEMORYGUARD_EPOCH": str(self.epoch), "MEMORYGUARD_METRICS_HOST": "127.0.0.1",
@@ -134,7 +138,8 @@ class World:
                "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60", **(extra_env or {})}
         log = open(self.workdir / f"operator-{len(self.operators)}.log", "wb")  # noqa: SIM115
         proc = await asyncio.create_subprocess_exec(
-            str(BIN / "memoryguard-kuberay"), "operator", "--standalone", "-n", "default", stdout=log, stderr=log,
+            str(BIN / "memoryguard-kuberay"), "operator", "--standalone", "-n", "default",
+            *(["--leader-elect", "--lease-namespace", "default"] if leader_elect else []), stdout=log, stderr=log,
             env=env)
         self.operators.append(proc)
         return proc
