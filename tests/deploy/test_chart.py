@@ -75,6 +75,11 @@ def test_chart_ships_the_same_crd() -> None:
         (ROOT / "crds" / "memoryguard.io_memoryguards.yaml").read_bytes(), "run `make crds`"
 
 
+def _env(dep: dict[str, Any]) -> dict[str, str]:
+    """The operator container's plain env (not those from the downward API)."""
+    return {e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
+
+
 def _is_hook(d: dict[str, Any]) -> bool:
     return "helm.sh/hook" in ((d.get("metadata") or {}).get("annotations") or {})
 
@@ -156,7 +161,7 @@ def test_operator_pod_is_restricted(helm: str) -> None:
 def test_chart_values_reach_the_operator_settings(helm: str) -> None:
     def settings(*args: str) -> config.OperatorConfig:
         dep = next(d for d in render(helm, *args) if d["kind"] == "Deployment")
-        return config.from_env({e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e})
+        return config.from_env(_env(dep))
     default = settings()
     assert (default.drain, default.drain_rpc_timeout_s, default.metrics_port) == (True, 15.0, 8080)
     changed = settings("--set", "drain.enabled=false,drain.rpcTimeoutSeconds=4,metrics.port=9000")
@@ -189,7 +194,7 @@ def test_sidecar_policy_goes_where_ray_pods_run_or_the_notes_say_it_does_not(hel
 def test_the_operator_learns_the_trust_limits_from_the_chart(helm: str) -> None:
     def cfg(*args: str) -> config.OperatorConfig:
         dep = next(d for d in render(helm, *args) if d["kind"] == "Deployment")
-        return config.from_env({e["name"]: e["value"] for e in dep["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e})
+        return config.from_env(_env(dep))
 
     default = cfg()
     assert default.trust.sidecar_images == ("ghcr.io/memoryguard/memoryguard-sidecar",)
