@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -38,7 +37,6 @@ import tempfile
 import textwrap
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 from memoryguard_kuberay.core import commands
@@ -142,22 +140,6 @@ class MemoryGroup:
         print(f"real-leak: could not remove {self.path} (processes left in it?)", file=sys.stderr)
 
 
-@contextlib.contextmanager
-def started(argv: list[str], **kw: object) -> Iterator[subprocess.Popen]:  # type: ignore[type-arg]
-    proc = subprocess.Popen(argv, start_new_session=True, **kw)  # type: ignore[call-overload]
-    try:
-        yield proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--limit-gib", type=float, default=3.0)
@@ -191,12 +173,12 @@ def main() -> int:
         ray_cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs_port}",
                    "--num-cpus=2", f"--object-store-memory={args.store_mib * MIB}", "--include-dashboard=false",
                    f"--metrics-export-port={metrics_port}", "--disable-usage-stats", f"--temp-dir={tmp}"]
-        with started(group.enter_cmd(ray_cmd), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+        with processes.group(group.enter_cmd(ray_cmd), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
             sidecar_cmd = [str(BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"127.0.0.41:{sidecar_port}",
                            "--interval", "1", "--cgroup-root", str(group.path), "--ray-metrics-url",
                            f"http://127.0.0.1:{metrics_port}/metrics", "--ray-metrics-interval", "2",
                            "--log-level", "WARNING"]
-            with started(sidecar_cmd, env=env):
+            with processes.group(sidecar_cmd, env=env):
                 url = f"http://127.0.0.41:{sidecar_port}/v1/samples"
                 while time.monotonic() < deadline:  # the sidecar and the raylet's store metrics
                     with contextlib.suppress(OSError, ValueError):
@@ -207,7 +189,7 @@ def main() -> int:
                 print(f"[{time.time() - t0:6.0f} s] Ray up, sidecar reading the cgroup", flush=True)
                 leaker = group.enter_cmd([sys.executable, "-c", LEAKER, f"127.0.0.1:{gcs_port}", str(args.heap_mib),
                                           str(args.leak_store_mib)])
-                with started(leaker, env=env, stdout=subprocess.PIPE, text=True) as driver:
+                with processes.group(leaker, env=env, stdout=subprocess.PIPE, text=True) as driver:
                     leak_start = time.time()
                     window = PodWindow(settings)
                     kills0 = group.oom_kills()

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+
+from memoryguard_kuberay.devkit.processes import end_group
 
 from .procs import VENV_BIN, free_port, http_get, wait_until
 
@@ -42,17 +43,6 @@ def _start(args: list[str], metrics_port: int, ip: str = "127.0.0.1",
                             env={**os.environ, **env})
 
 
-def _end(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 @contextlib.contextmanager
 def ray_head(ip: str = "127.0.0.1", env: dict[str, str] | None = None) -> Iterator[RayNode]:
     """``ip``: 127.0.0.1 for a single node, 127.0.0.3 when a second will join.
@@ -68,7 +58,7 @@ def ray_head(ip: str = "127.0.0.1", env: dict[str, str] | None = None) -> Iterat
                    what="the Ray head's metrics endpoint")
         yield node
     finally:
-        _end(proc)
+        end_group(proc)
 
 
 @contextlib.contextmanager
@@ -78,4 +68,4 @@ def ray_worker_node(head: RayNode, ip: str = "127.0.0.2") -> Iterator[RayNode]:
     try:
         yield RayNode(head.gcs_address, metrics_port, proc, ip)
     finally:
-        _end(proc)
+        end_group(proc)
