@@ -43,6 +43,7 @@ from memoryguard_kuberay.core import commands
 from memoryguard_kuberay.core.policy import Action, PodWindow, Reason, RotationHistory, decide
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import write_trace
+from memoryguard_kuberay.devkit import processes
 
 GIB = 1024**3
 MIB = 1024**2
