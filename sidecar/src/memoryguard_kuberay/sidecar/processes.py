@@ -48,7 +48,9 @@ def _one(pid: int) -> ProcessMemory | None:
             # Ray's workers pad their titles with spaces: runs of them say nothing.
             cmd = " ".join(" ".join(p.cmdline()).split())
     except (psutil.Error, OSError, ValueError):
-        return None  # gone, a kernel thread, or not ours to read
+        return None  # gone, or not ours to read
+    if mem.rss == 0:
+        return None  # a kernel thread: no memory of its own in the container
     if len(cmd) > CMDLINE_MAX:
         cmd = cmd[:CMDLINE_MAX - 3] + "..."
     return ProcessMemory(pid, name, int(mem.uss), int(mem.pss), int(mem.rss), cmd)
