@@ -49,6 +49,7 @@ TARGETS = {"cpu_share": 1.0, "rss_mib": 500.0, "p99_s": 1.0, "max_gap_s": 2 * IN
 POLLED: dict[str, float] = {}  # pod IP -> when its sidecar was last asked
 GAPS: dict[str, float] = {}  # pod IP -> the longest gap between two asks while measuring
 MEASURING = {"on": False}
+HERE_MAX = 10000  # pods whose sidecars one process serves
 
 
 def pod_ip(i: int) -> str:
@@ -111,6 +112,29 @@ def proc_cpu_rss(pid: int) -> tuple[float, float]:
     return cpu, rss
 
 
+async def serve_only(lo: int, hi: int) -> None:
+    """A helper: the sidecars of pods [lo, hi); "start" on stdin starts the
+    gap count, "end" prints the gaps (pod IP -> longest, seconds) as JSON."""
+    servers = [await asyncio.start_server(sidecar, pod_ip(i), PORT, backlog=64) for i in range(lo, hi)]
+    print("ready", flush=True)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    t0 = time.time()
+    while line := (await reader.readline()).strip():
+        if line == b"start":
+            GAPS.clear()
+            MEASURING["on"] = True
+            t0 = time.time()
+        elif line == b"end":
+            MEASURING["on"] = False
+            end = time.time()
+            gaps = {ip: max(GAPS.get(ip, 0.0), end - POLLED.get(ip, t0)) for ip in (pod_ip(i) for i in range(lo, hi))}
+            print(json.dumps(gaps), flush=True)
+    for sv in servers:
+        sv.close()
+
+
 def cycle_stats(url: str) -> tuple[float, float]:
     """(sum, count) of the guards' cycle seconds, all guards together, and
     the upper bound of the highest bucket any cycle fell in."""
@@ -131,7 +155,17 @@ async def run(n: int, seconds: float, warmup: float) -> dict[str, Any]:
     POLLED.clear()
     GAPS.clear()
     MEASURING["on"] = False
-    servers = [await asyncio.start_server(sidecar, pod_ip(i), PORT, backlog=64) for i in range(n)]
+    # A listening socket per pod: a process may hold at most ~20,000 (a hard
+    # limit an unprivileged container cannot raise), so beyond HERE_MAX pods the
+    # rest are served by helper processes of this same script.
+    here = min(n, HERE_MAX)
+    servers = [await asyncio.start_server(sidecar, pod_ip(i), PORT, backlog=64) for i in range(here)]
+    helpers = [await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--serve", str(lo), str(min(n, lo + HERE_MAX)), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE) for lo in range(here, n, HERE_MAX)]
+    for h in helpers:
+        assert h.stdout is not None
+        await h.stdout.readline()  # "ready"
     per = 50
     guards = 1 if n <= 10000 else (n + PER_GUARD - 1) // PER_GUARD
     for c in range(0, n, per):
@@ -177,17 +211,28 @@ async def run(n: int, seconds: float, warmup: float) -> dict[str, Any]:
             s0 = cycle_stats(url)
             GAPS.clear()
             MEASURING["on"] = True
+            for h in helpers:
+                assert h.stdin is not None
+                h.stdin.write(b"start\n")
+                await h.stdin.drain()
             t0 = time.time()
             print(f"[{n} pods] measuring {seconds:.0f} s ...", file=sys.stderr)
             await asyncio.sleep(seconds)
             MEASURING["on"] = False
+            end = time.time()
+            far: dict[str, float] = {}
+            for h in helpers:
+                assert h.stdin is not None and h.stdout is not None
+                h.stdin.write(b"end\n")
+                await h.stdin.drain()
+                far.update(json.loads(await h.stdout.readline()))
             c1, rss = proc_cpu_rss(proc.pid)
             h1 = histogram(url, "memoryguard_sample_to_decision_seconds")
             s1 = cycle_stats(url)
             wall = time.time() - t0
             # A pod never asked while measuring has an open gap up to the end.
-            end = time.time()
-            gaps = {ip: max(GAPS.get(ip, 0.0), end - POLLED.get(ip, t0)) for ip in (pod_ip(i) for i in range(n))}
+            gaps = {ip: max(GAPS.get(ip, 0.0), end - POLLED.get(ip, t0)) for ip in (pod_ip(i) for i in range(here))}
+            gaps.update(far)
             window = [(le, c - dict(h0).get(le, 0.0)) for le, c in h1]
             statuses = [(g.get("status") or {}) for g in api.objects("memoryguards", "default")]
             cycles = s1[1] - s0[1]
@@ -205,6 +250,9 @@ async def run(n: int, seconds: float, warmup: float) -> dict[str, Any]:
         finally:
             proc.send_signal(signal.SIGTERM)
             await proc.wait()
+            for h in helpers:
+                h.kill()
+                await h.wait()
             for sv in servers:
                 sv.close()
 
@@ -223,9 +271,18 @@ def main() -> int:
     ap.add_argument("--pods", type=int, action="append", default=[])
     ap.add_argument("--seconds", type=float, default=90)
     ap.add_argument("--warmup", type=float, default=60)
+    ap.add_argument("--serve", type=int, nargs=2, metavar=("LO", "HI"), help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.serve:
+        asyncio.run(serve_only(*a.serve))
+        return 0
+    # A listening socket per simulated pod, plus the connections: 20,000 pods
+    # need more descriptors than the usual hard limit; root may raise it.
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 262144), hard))
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (262144, 262144))
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     failed = []
     for n in a.pods or [2000, 10000, 20000]:
         r = asyncio.run(run(n, a.seconds, a.warmup))

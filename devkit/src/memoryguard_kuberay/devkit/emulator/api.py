@@ -88,6 +88,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
     oldest_rv: int = 0  # watches from before this are 410 Gone (expire_history)
     evictions: list[tuple[str, str, float]] = attrs.field(factory=list)  # (namespace, pod, wall time) evicted
     deletes: list[tuple[str, str, str]] = attrs.field(factory=list)  # (plural, namespace, name) plain deletes
+    budget_keys: set[tuple[str, str, str, str]] = attrs.field(factory=set)  # the PDBs' store keys
     changed: asyncio.Event = attrs.field(factory=asyncio.Event)
     _syncing: bool = False
 
@@ -179,6 +180,8 @@ class EmulatedApi(kmock.KubernetesScaffold):
         self.rv += 1
         meta["resourceVersion"] = str(self.rv)
         self.store[key] = obj
+        if key[1] == "poddisruptionbudgets":
+            self.budget_keys.add(key)
         self._emit(k.plural, event, obj)
         if k.plural in ("pods", "poddisruptionbudgets"):
             self._sync_disruption_budgets(key[2])
@@ -203,6 +206,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
                 return self._write(k, key, obj, self.store[key], "MODIFIED")
             return copy.deepcopy(obj)
         del self.store[key]
+        self.budget_keys.discard(key)
         self.rv += 1
         obj = copy.deepcopy(obj)
         obj["metadata"]["resourceVersion"] = str(self.rv)
@@ -216,13 +220,14 @@ class EmulatedApi(kmock.KubernetesScaffold):
         the pods (written only when it changed, so this ends)."""
         if self._syncing:
             return
+        budgets = [(key, self.store[key]) for key in sorted(self.budget_keys) if key[2] == ns]
+        if not budgets:
+            return  # nothing to follow (and no pass over every pod on each write)
         self._syncing = True
         try:
             pods = [o for (g, p, ons, _), o in self.store.items() if p == "pods" and ons == ns]
             k = self.kind_of("poddisruptionbudgets")
-            for key, pdb in list(self.store.items()):
-                if key[1] != "poddisruptionbudgets" or key[2] != ns:
-                    continue
+            for key, pdb in budgets:
                 status = disruption.budget_status(pdb, pods, time.time())
                 if status != pdb.get("status"):
                     self._write(k, key, {**pdb, "status": status}, pdb, "MODIFIED")
