@@ -95,13 +95,15 @@ def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
 
 
 def histogram(url: str, name: str) -> list[tuple[float, float]]:
+    """Cumulative (le, count) buckets, summed over every guard's series."""
     text = urllib.request.urlopen(url, timeout=10).read().decode()
-    out = []
+    out: dict[float, float] = {}
     for line in text.splitlines():
         if line.startswith(name + "_bucket"):
-            le = line.split('le="')[1].split('"')[0]
-            out.append((float("inf") if le == "+Inf" else float(le), float(line.split()[-1])))
-    return sorted(out)
+            le_text = line.split('le="')[1].split('"')[0]
+            le = float("inf") if le_text == "+Inf" else float(le_text)
+            out[le] = out.get(le, 0.0) + float(line.split()[-1])
+    return sorted(out.items())
 
 
 def proc_cpu_rss(pid: int) -> tuple[float, float]:
@@ -162,7 +164,7 @@ async def run(n: int, seconds: float, warmup: float) -> dict[str, Any]:
     servers = [await asyncio.start_server(sidecar, pod_ip(i), PORT, backlog=64) for i in range(here)]
     helpers = [await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--serve", str(lo), str(min(n, lo + HERE_MAX)), stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE) for lo in range(here, n, HERE_MAX)]
+        stdout=asyncio.subprocess.PIPE, limit=2**24) for lo in range(here, n, HERE_MAX)]  # a line of 10,000 gaps
     for h in helpers:
         assert h.stdout is not None
         await h.stdout.readline()  # "ready"
