@@ -205,13 +205,17 @@ class Kube:
         await self.request("PATCH", _path(MEMORYGUARDS, namespace, name, "status"), json={"status": dict(status)},
                            content_type="application/merge-patch+json")
 
-    async def get_pdb(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get_or_none(self, path: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist (404)."""
         try:
-            return dict(await self.request("GET", _path(PDBS, namespace, name)))
+            return dict(await self.request("GET", path))
         except ApiError as e:
             if e.status == 404:
                 return None
             raise
+
+    async def get_pdb(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self.get_or_none(_path(PDBS, namespace, name))
 
     async def create_pdb(self, namespace: str, body: Mapping[str, Any]) -> None:
         await self.request("POST", _path(PDBS, namespace), json=dict(body))
@@ -236,12 +240,7 @@ class Kube:
                 raise
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return dict(await self.request("GET", _path(LEASES, namespace, name)))
-        except ApiError as e:
-            if e.status == 404:
-                return None
-            raise
+        return await self.get_or_none(_path(LEASES, namespace, name))
 
     async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
         await self.request("POST", _path(LEASES, namespace), json=dict(body))
