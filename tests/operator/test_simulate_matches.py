@@ -69,9 +69,9 @@ def _operator_decisions(trace_name: str) -> list[tuple[float, str, str]]:
     acted: list[tuple[float, str, str]] = []
     rotate, remediate = loop.rotate, loop.remediate
 
-    async def rotated(spec_: Any, p: Any, d: Decision) -> None:
+    async def rotated(spec_: Any, p: Any, d: Decision, **kw: Any) -> None:
         acted.append((clock.t, d.action.value, d.reason.value))
-        await rotate(spec_, p, d)
+        await rotate(spec_, p, d, **kw)
 
     async def remediated(spec_: Any, rc_: Any, p: Any, d: Decision, kind: str) -> None:
         if kind == "jemalloc":
