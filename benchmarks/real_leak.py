@@ -30,7 +30,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from memoryguard_kuberay.core.policy import Action, PodWindow, Reason, RotationH
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import write_trace
 from memoryguard_kuberay.devkit import processes
+from memoryguard_kuberay.devkit.emulator.world import free_port
 
 GIB = 1024**3
 MIB = 1024**2
@@ -84,12 +84,6 @@ LEAKER = textwrap.dedent("""
             break
         time.sleep(0.5)
 """)
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def get_json(url: str, timeout: float = 3.0) -> dict:  # type: ignore[type-arg]

@@ -4,7 +4,13 @@ accelerated end-to-end tests) a clock running ``scale`` times faster from
 
 from __future__ import annotations
 
+import datetime
 import time
+
+
+def iso(t: float) -> str:
+    """Unix seconds as the RFC 3339 UTC time Kubernetes objects carry."""
+    return datetime.datetime.fromtimestamp(t, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Clock:

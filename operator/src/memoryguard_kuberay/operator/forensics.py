@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import json
 import sys
 import time
@@ -37,6 +36,7 @@ import aiohttp
 
 from memoryguard_kuberay.core.policy import Decision
 from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.operator.clock import iso
 from memoryguard_kuberay.operator.kube import Kube
 
 ARTIFACT_MAX_BYTES = 256 * 1024
@@ -67,10 +67,6 @@ class Subject:
     gcs_address: str | None
     decision: Decision
     last_sample: Sample | None
-
-
-def iso(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def memory_now(s: Sample | None) -> dict[str, Any] | None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import json
 import logging
 import time
@@ -29,7 +28,7 @@ from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.operator import clusters, forensics, remediation, rotation, sidecar_client
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator import status as st
-from memoryguard_kuberay.operator.clock import Clock
+from memoryguard_kuberay.operator.clock import Clock, iso
 from memoryguard_kuberay.operator.drain import Drainer
 from memoryguard_kuberay.operator.eventqueue import EventPoster, PendingEvent, pod_ref
 from memoryguard_kuberay.operator.events import EventReason
@@ -68,10 +67,6 @@ class PodState:
     error: str | None = None
     last_decision: Decision | None = None
     blind: bool = False  # the sidecar answers but reads no memory
-
-
-def iso(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclasses.dataclass(frozen=True)
