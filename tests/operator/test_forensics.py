@@ -172,3 +172,21 @@ async def test_artifacts_are_kept_in_configmaps_owned_by_the_guard_at_most_keep(
     assert cm["metadata"]["labels"] == {forensics.LABEL_GUARD: "g", forensics.LABEL_POD: "w1",
                                         forensics.LABEL_KIND: forensics.KIND}
     assert json.loads(cm["data"][forensics.DATA_KEY])["collectedAt"] == "t4"
+
+
+async def test_probes_wait_for_a_slot_and_are_skipped_past_the_budget(tmp_path: Any, monkeypatch: Any) -> None:
+    """However many rotations guards start at once, at most MAX_PROBES probe
+    processes run; one that gets no slot within its budget is skipped."""
+    started = tmp_path / "started"
+    monkeypatch.setattr(forensics, "PROBE", _probe_script(
+        tmp_path, f"import time; open({str(started)!r}, 'a').write('x'); time.sleep(60)"))
+    slots = asyncio.Semaphore(forensics.MAX_PROBES)
+    async with aiohttp.ClientSession() as http:
+        t0 = time.monotonic()
+        docs = await asyncio.gather(*(forensics.collect(_subject("127.0.0.55", 1, gcs="127.0.0.55:6379"), http=http,
+                                                        budget_s=2.0, with_ray=True, probe_slots=slots)
+                                      for _ in range(6)))
+    assert time.monotonic() - t0 < 6
+    assert all(d["rayObjects"] is None and "budget" in d["skipped"]["rayObjects"] for d in docs)
+    assert not slots.locked()  # every slot given back
+    assert 1 <= len(started.read_text()) <= forensics.MAX_PROBES  # the others never started

@@ -42,6 +42,7 @@ from memoryguard_kuberay.operator.kube import Kube
 ARTIFACT_MAX_BYTES = 256 * 1024
 PROCESSES_MAX_BYTES = 256 * 1024
 PROBE_MAX_BYTES = 256 * 1024
+MAX_PROBES = 2  # rayprobe processes at once, across every guard of the operator
 DATA_KEY = "forensics.json"
 LABEL_GUARD = "memoryguard.io/guard"
 LABEL_POD = "memoryguard.io/pod"
@@ -114,9 +115,20 @@ def _int(v: Any) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 2**63 else None
 
 
-async def ray_objects(gcs_address: str, node_ip: str, timeout_s: float) -> dict[str, Any]:
+async def ray_objects(gcs_address: str, node_ip: str, timeout_s: float,
+                      slots: asyncio.Semaphore | None = None) -> dict[str, Any]:
     """The objects on the pod's Ray node by call site, from a ``rayprobe``
-    process that is killed if it outlives ``timeout_s``."""
+    process that is killed if it outlives ``timeout_s``. ``slots`` bounds the
+    probes running at once across every guard (each imports Ray: about 100
+    MiB): however many rotations guards start, a probe that gets no slot
+    within the budget is skipped."""
+    if slots is None:
+        return await _probe(gcs_address, node_ip, timeout_s)
+    async with slots:
+        return await _probe(gcs_address, node_ip, timeout_s)
+
+
+async def _probe(gcs_address: str, node_ip: str, timeout_s: float) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
         *PROBE, "--gcs", gcs_address, "--node-ip", node_ip,
         "--timeout", f"{max(1.0, timeout_s - 1):g}", stdout=asyncio.subprocess.PIPE,
@@ -149,7 +161,7 @@ async def ray_objects(gcs_address: str, node_ip: str, timeout_s: float) -> dict[
 
 
 async def collect(subject: Subject, *, http: aiohttp.ClientSession, budget_s: float,
-                  with_ray: bool) -> dict[str, Any]:
+                  with_ray: bool, probe_slots: asyncio.Semaphore | None = None) -> dict[str, Any]:
     """The artifact, within ``budget_s``: each part that did not come in
     time, or failed, is named in ``skipped`` with why."""
     t0 = time.monotonic()
@@ -174,7 +186,7 @@ async def collect(subject: Subject, *, http: aiohttp.ClientSession, budget_s: fl
         skipped["processes"] = "the pod has no IP"
         procs_job = nothing()
     if with_ray and subject.ip and subject.gcs_address:
-        ray_job = ray_objects(subject.gcs_address, subject.ip, budget_s)
+        ray_job = ray_objects(subject.gcs_address, subject.ip, budget_s, probe_slots)
     else:
         skipped["rayObjects"] = ("no Ray GCS address for the cluster" if with_ray and subject.ip
                                  else "Ray is not reachable from the operator here (MEMORYGUARD_DRAIN=false)")

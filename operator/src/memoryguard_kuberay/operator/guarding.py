@@ -58,6 +58,8 @@ class OperatorContext:
     sidecar_image: str = DEFAULT_SIDECAR_IMAGE
     trust: Trust | None = None  # the installer's limits on guards (trust.py)
     ray_forensics: bool = True  # Ray's GCS is reachable (MEMORYGUARD_DRAIN): list objects by call site
+    probe_slots: asyncio.Semaphore = dataclasses.field(
+        default_factory=lambda: asyncio.Semaphore(forensics.MAX_PROBES))  # rayprobe processes at once
 
 
 @dataclasses.dataclass
@@ -385,6 +387,8 @@ class GuardReconciler:
             sidecar_port=spec.sampling.sidecar_port,
             gcs_address=clusters.gcs_address(rc, cycle.pods) if rc is not None else None, decision=d,
             last_sample=track.window.last)
+        # Finished collections leave: the map holds only those under way.
+        self.collecting = {uid: job for uid, job in self.collecting.items() if not job[0].done()}
         task = asyncio.create_task(self.keep_forensics(subject, spec, rc, p, d), name=f"forensics-{p.name}")
         # A second past the budget: the artifact is being written by then.
         self.collecting[p.uid] = (task, time.monotonic() + spec.forensics.timeout_s + 2.0)
@@ -392,7 +396,7 @@ class GuardReconciler:
     async def keep_forensics(self, subject: forensics.Subject, spec: GuardSpec, rc: Mapping[str, Any] | None,
                              p: pi.PodInfo, d: Decision) -> None:
         artifact = await forensics.collect(subject, http=self.ctx.http, budget_s=spec.forensics.timeout_s,
-                                           with_ray=self.ctx.ray_forensics)
+                                           with_ray=self.ctx.ray_forensics, probe_slots=self.ctx.probe_slots)
         pod = pod_ref(p.name, p.uid)
         try:
             name = await forensics.keep(self.ctx.kube, artifact, subject, keep_n=spec.forensics.keep,
