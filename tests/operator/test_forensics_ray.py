@@ -14,7 +14,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import aiohttp
 import pytest
 import yaml
 
@@ -80,8 +79,7 @@ async def test_the_artifact_names_the_leaking_line_and_the_top_process(tmp_path:
                     cluster="rc", group="workers", ip="127.0.0.1", sidecar_port=port, gcs_address=head.gcs_address,
                     decision=Decision(Action.ROTATE, Reason.PROJECTED_OOM, "growing +4.5 GiB/h, projected OOM in "
                                       "1 h 26 m", ev), last_sample=last)
-                async with aiohttp.ClientSession() as http:
-                    doc = await forensics.collect(subject, http=http, budget_s=30, with_ray=True)
+                doc = await forensics.collect(subject, budget_s=30, with_ray=True)
         finally:
             driver.kill()
             driver.wait()

@@ -82,8 +82,6 @@ async def test_a_large_answer_arriving_in_pieces_is_read_whole() -> None:
     several TCP reads and must all be read (a single read gets a part)."""
     import asyncio
 
-    import aiohttp
-
     body = json.dumps({"samples": [_sample(NOW - 1800 + i) for i in range(1800)]}).encode()
 
     async def dribble(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -98,8 +96,8 @@ async def test_a_large_answer_arriving_in_pieces_is_read_whole() -> None:
 
     server = await asyncio.start_server(dribble, "127.0.0.31", 0)
     port = server.sockets[0].getsockname()[1]
-    async with server, aiohttp.ClientSession() as s:
-        p = await sidecar_client.poll(s, "127.0.0.31", port, None, timeout_s=5, now=lambda: NOW)
+    async with server:
+        p = await sidecar_client.poll("127.0.0.31", port, None, timeout_s=5, now=lambda: NOW)
     assert p.error is None and len(p.samples) == 1800
 
 
@@ -136,8 +134,6 @@ async def test_paged_answers_are_followed_within_the_page_limit() -> None:
     import asyncio
     import urllib.parse
 
-    import aiohttp
-
     asked: list[float | None] = []
 
     async def pages(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -153,8 +149,8 @@ async def test_paged_answers_are_followed_within_the_page_limit() -> None:
 
     server = await asyncio.start_server(pages, "127.0.0.31", 0)
     port = server.sockets[0].getsockname()[1]
-    async with server, aiohttp.ClientSession() as s:
-        p = await sidecar_client.poll(s, "127.0.0.31", port, None, timeout_s=5, now=lambda: NOW, max_pages=3,
+    async with server:
+        p = await sidecar_client.poll("127.0.0.31", port, None, timeout_s=5, now=lambda: NOW, max_pages=3,
                                       oldest_s=NOW - 500)
     assert asked == [NOW - 500, NOW - 490, NOW - 480]  # from the window's start, then from each last sample
     assert len(p.samples) == 30 and p.more

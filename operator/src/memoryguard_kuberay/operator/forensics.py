@@ -26,16 +26,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
-
-import aiohttp
 
 from memoryguard_kuberay.core.policy import Decision
 from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.operator import podhttp
 from memoryguard_kuberay.operator.clock import iso
 from memoryguard_kuberay.operator.kube import Kube
 
@@ -82,21 +82,14 @@ def memory_now(s: Sample | None) -> dict[str, Any] | None:
             "oomKills": s.oom_kill_count}
 
 
-async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
-    body = bytearray()
-    async for chunk in resp.content.iter_chunked(65536):
-        body += chunk
-        if len(body) > cap:
-            raise ValueError(f"answer larger than {cap // 1024} KiB")
-    return bytes(body)
-
-
-async def sidecar_processes(http: aiohttp.ClientSession, ip: str, port: int, timeout_s: float) -> dict[str, Any]:
-    url = f"http://{ip}:{port}/v1/processes"
-    async with http.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-        if resp.status != 200:
-            raise ValueError(f"HTTP {resp.status}")
-        doc = json.loads(await _read_capped(resp, PROCESSES_MAX_BYTES))
+async def sidecar_processes(ip: str, port: int, timeout_s: float) -> dict[str, Any]:
+    try:
+        answer = await podhttp.get(ip, port, "/v1/processes", timeout_s=timeout_s, max_body=PROCESSES_MAX_BYTES)
+    except podhttp.PodHttpError as exc:
+        raise ValueError(str(exc)) from None
+    if answer.status != 200:
+        raise ValueError(f"HTTP {answer.status}")
+    doc = json.loads(answer.body)
     if not isinstance(doc, dict) or not isinstance(doc.get("processes"), list):
         raise ValueError("not a process table")
     rows = []
@@ -160,7 +153,7 @@ async def _probe(gcs_address: str, node_ip: str, timeout_s: float) -> dict[str, 
     return doc
 
 
-async def collect(subject: Subject, *, http: aiohttp.ClientSession, budget_s: float,
+async def collect(subject: Subject, *, budget_s: float,
                   with_ray: bool, probe_slots: asyncio.Semaphore | None = None) -> dict[str, Any]:
     """The artifact, within ``budget_s``: each part that did not come in
     time, or failed, is named in ``skipped`` with why."""
@@ -168,9 +161,10 @@ async def collect(subject: Subject, *, http: aiohttp.ClientSession, budget_s: fl
     d = subject.decision
     skipped: dict[str, str] = {}
 
-    async def part(name: str, make: Any) -> dict[str, Any] | None:
+    async def part(name: str, make: Callable[[], Awaitable[Mapping[str, Any]]]) -> dict[str, Any] | None:
         try:
-            return dict(await asyncio.wait_for(make, budget_s))
+            # Made here, not by the caller: a cancelled collection leaves no coroutine never awaited.
+            return dict(await asyncio.wait_for(make(), budget_s))
         except TimeoutError:
             skipped[name] = f"not in within the {budget_s:g} s budget"
         except Exception as e:  # a failed part is a reason, never a failed rotation
@@ -181,16 +175,18 @@ async def collect(subject: Subject, *, http: aiohttp.ClientSession, budget_s: fl
         return {}
 
     if subject.ip:
-        procs_job = sidecar_processes(http, subject.ip, subject.sidecar_port, budget_s)
+        procs_job: Callable[[], Awaitable[Mapping[str, Any]]] = functools.partial(
+            sidecar_processes, subject.ip, subject.sidecar_port, budget_s)
     else:
         skipped["processes"] = "the pod has no IP"
-        procs_job = nothing()
+        procs_job = nothing
     if with_ray and subject.ip and subject.gcs_address:
-        ray_job = ray_objects(subject.gcs_address, subject.ip, budget_s, probe_slots)
+        ray_job: Callable[[], Awaitable[Mapping[str, Any]]] = functools.partial(
+            ray_objects, subject.gcs_address, subject.ip, budget_s, probe_slots)
     else:
         skipped["rayObjects"] = ("no Ray GCS address for the cluster" if with_ray and subject.ip
                                  else "Ray is not reachable from the operator here (MEMORYGUARD_DRAIN=false)")
-        ray_job = nothing()
+        ray_job = nothing
     procs, objects = await asyncio.gather(part("processes", procs_job), part("rayObjects", ray_job))
     artifact = {
         "kind": "MemoryGuardForensics", "version": 1,

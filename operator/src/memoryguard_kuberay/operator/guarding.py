@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-import aiohttp
 
 from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide, urgency
 from memoryguard_kuberay.core.settings import PolicySettings
@@ -41,7 +40,8 @@ from memoryguard_kuberay.operator.trust import Trust
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})
-POLL_CONCURRENCY = 64
+POLL_CONCURRENCY = 64  # one guard's polls at once
+POD_CONNECTIONS = 256  # every guard's polls at once
 MIN_PAUSE_S = 0.5  # operator clock: the least pause between two cycles of one guard
 
 
@@ -52,12 +52,13 @@ class OperatorContext:
     kube: Kube
     events: EventPoster
     drainer: Drainer
-    http: aiohttp.ClientSession
     clock: Clock
     metrics: OperatorMetrics
     sidecar_image: str = DEFAULT_SIDECAR_IMAGE
     trust: Trust | None = None  # the installer's limits on guards (trust.py)
     ray_forensics: bool = True  # Ray's GCS is reachable (MEMORYGUARD_DRAIN): list objects by call site
+    # Connections to pods at once, across every guard: each is a descriptor.
+    pod_slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(POD_CONNECTIONS))
     probe_slots: asyncio.Semaphore = dataclasses.field(
         default_factory=lambda: asyncio.Semaphore(forensics.MAX_PROBES))  # rayprobe processes at once
 
@@ -81,6 +82,17 @@ class Cycle:
     pods: list[pi.PodInfo]  # every pod of the selected clusters
     guarded: list[pi.PodInfo]  # those this guard judges
     groups: Groups
+
+    @functools.cached_property
+    def by_name(self) -> dict[str, Mapping[str, Any]]:
+        """The selected RayClusters by name (looked up once per pod)."""
+        return {c["metadata"]["name"]: c for c in self.selected.clusters}
+
+    def gcs_address(self, cluster: str) -> str | None:
+        """Its head's GCS, found when asked: it scans the pods, so only for
+        the clusters a rotation or a forensic probe is in."""
+        rc = self.by_name.get(cluster)
+        return clusters.gcs_address(rc, self.pods) if rc is not None else None
 
 
 class GuardReconciler:
@@ -207,7 +219,6 @@ class GuardReconciler:
     async def advance_rotations(self, cycle: Cycle) -> None:
         assert self.ledger is not None
         spec, pods = cycle.spec, cycle.pods
-        gcs = {c["metadata"]["name"]: clusters.gcs_address(c, pods) for c in cycle.selected.clusters}
         changed = False
         ended: list[tuple[EventReason, str, dict[str, Any]]] = []
         for uid, rot in list(self.ledger.inflight.items()):
@@ -221,7 +232,8 @@ class GuardReconciler:
 
             try:
                 out = await rotation.advance(
-                    rot, kube=self.ctx.kube, drainer=self.ctx.drainer, pods=pods, gcs_address=gcs.get(rot.cluster),
+                    rot, kube=self.ctx.kube, drainer=self.ctx.drainer, pods=pods,
+                    gcs_address=cycle.gcs_address(rot.cluster),
                     drain_timeout_s=spec.policy.drain_timeout_s, replacement_timeout_s=spec.replacement_timeout_s,
                     eviction_timeout_s=spec.eviction_timeout_s, now=self.ctx.clock.now(), report=report)
             except ApiError as e:
@@ -294,10 +306,10 @@ class GuardReconciler:
                 track.error = f"pod is {p.phase or 'pending'} without an IP" if not p.ip else None
             else:
                 since = track.window.last.time_s if track.window.last else None
-                async with sem:
+                async with sem, self.ctx.pod_slots:
                     # Nothing older than the policy's window is asked for or kept.
                     res = await sidecar_client.poll(
-                        self.ctx.http, p.ip, spec.sampling.sidecar_port, since, timeout_s=spec.sampling.timeout_s,
+                        p.ip, spec.sampling.sidecar_port, since, timeout_s=spec.sampling.timeout_s,
                         now=self.ctx.clock.now, pod_uid=p.uid, require_uid=p.injected_sidecar,
                         oldest_s=self.ctx.clock.now() - settings.trend_window_s)
                 self.ctx.metrics.poll_seconds.labels(self.namespace, self.name).observe(res.latency_s)
@@ -336,7 +348,7 @@ class GuardReconciler:
                 wanting.append((p, track))
                 return st.PodView(p.name, p.group, decisions[0], track.error, track.blind)
         spec = cycle.spec
-        rc = next((c for c in cycle.selected.clusters if c["metadata"]["name"] == p.cluster), None)
+        rc = cycle.by_name.get(p.cluster)
         for d in decisions:
             if d.action is Action.ROTATE:
                 await self.rotate(spec, p, d, cycle=cycle, track=track)
@@ -380,12 +392,12 @@ class GuardReconciler:
         return True
 
     def start_forensics(self, spec: GuardSpec, cycle: Cycle, p: pi.PodInfo, d: Decision, track: PodState) -> None:
-        rc = next((c for c in cycle.selected.clusters if c["metadata"]["name"] == p.cluster), None)
+        rc = cycle.by_name.get(p.cluster)
         subject = forensics.Subject(
             namespace=self.namespace, guard=self.name, guard_uid=str(self.body.get("metadata", {}).get("uid", "")),
             pod=p.name, pod_uid=p.uid, cluster=p.cluster, group=p.group, ip=p.ip,
             sidecar_port=spec.sampling.sidecar_port,
-            gcs_address=clusters.gcs_address(rc, cycle.pods) if rc is not None else None, decision=d,
+            gcs_address=cycle.gcs_address(p.cluster), decision=d,
             last_sample=track.window.last)
         # Finished collections leave: the map holds only those under way.
         self.collecting = {uid: job for uid, job in self.collecting.items() if not job[0].done()}
@@ -395,7 +407,7 @@ class GuardReconciler:
 
     async def keep_forensics(self, subject: forensics.Subject, spec: GuardSpec, rc: Mapping[str, Any] | None,
                              p: pi.PodInfo, d: Decision) -> None:
-        artifact = await forensics.collect(subject, http=self.ctx.http, budget_s=spec.forensics.timeout_s,
+        artifact = await forensics.collect(subject, budget_s=spec.forensics.timeout_s,
                                            with_ray=self.ctx.ray_forensics, probe_slots=self.ctx.probe_slots)
         pod = pod_ref(p.name, p.uid)
         try:

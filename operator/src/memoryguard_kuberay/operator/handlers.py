@@ -7,7 +7,6 @@ import asyncio
 import logging
 from typing import Any
 
-import aiohttp
 import kopf
 
 from memoryguard_kuberay.operator import budgets, clusters, config, crd, guarding, patches
@@ -58,12 +57,11 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 
         start_http_server(cfg.metrics_port, addr=cfg.metrics_host, registry=metrics.registry)
     kube = Kube(load_credentials(), timeout_s=cfg.api_timeout_s)
-    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256, force_close=True))
     drainer = RayGcsDrainer(rpc_timeout_s=cfg.drain_rpc_timeout_s) if cfg.drain else NoDrainer()
     events = EventPoster(kube)
     events.start()
     _context["ctx"] = guarding.OperatorContext(kube=kube, events=events, drainer=drainer,
-                                        http=http, clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics,
+                                        clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics,
                                         sidecar_image=cfg.sidecar_image, trust=cfg.trust, ray_forensics=cfg.drain)
 
 
@@ -72,7 +70,6 @@ async def cleanup(**_: Any) -> None:
     ctx = _context.pop("ctx", None)
     if ctx is not None:
         await ctx.events.close()
-        await ctx.http.close()
         await ctx.kube.close()
 
 

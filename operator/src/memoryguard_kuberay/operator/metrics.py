@@ -49,8 +49,8 @@ class OperatorMetrics:
             g, registry=r, buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
         self.cycle_seconds = Histogram(P + "guard_cycle_seconds", "one guard cycle", g, registry=r,
                                        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
-        self._pod_series: dict[tuple[str, str], set[tuple[str, str, str, str]]] = {}
-        self._verdicts: dict[tuple[str, str, str, str], str] = {}
+        # Per guard, its pods' series: (pod, group) -> the verdict series set.
+        self._pods: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
         self._degraded: dict[tuple[str, str], str] = {}
 
     def degraded(self, namespace: str, guard: str, reason: str | None) -> None:
@@ -63,25 +63,20 @@ class OperatorMetrics:
 
     def forget_pods(self, namespace: str, guard: str, keep: set[tuple[str, str]]) -> None:
         """Drop the per-pod series of pods no longer guarded."""
-        key = (namespace, guard)
-        for labels in list(self._pod_series.get(key, set())):
-            if (labels[2], labels[3]) in keep:
-                continue
+        known = self._pods.get((namespace, guard), {})
+        for pod_group in [k for k in known if k not in keep]:
+            labels = (namespace, guard, *pod_group)
             for m in (self.working_set, self.limit, self.projected_oom, self.store):
                 try:
                     m.remove(*labels)
                 except KeyError:
                     pass
-            self._pod_series[key].discard(labels)
-        for labels, verdict in list(self._verdicts.items()):
-            if labels[:2] == key and (labels[2], labels[3]) not in keep:
-                self.verdict.remove(*labels, verdict)
-                del self._verdicts[labels]
+            self.verdict.remove(*labels, known.pop(pod_group))
 
     def pod(self, namespace: str, guard: str, pod: str, group: str, *, ws: int | None, limit: int | None,
             eta: float | None, store: float | None, verdict: str) -> None:
         labels = (namespace, guard, pod, group)
-        self._pod_series.setdefault((namespace, guard), set()).add(labels)
+        known = self._pods.setdefault((namespace, guard), {})
         for m, v in ((self.working_set, ws), (self.limit, limit), (self.projected_oom, eta), (self.store, store)):
             if v is None:
                 try:
@@ -90,10 +85,10 @@ class OperatorMetrics:
                     pass
             else:
                 m.labels(*labels).set(v)
-        old = self._verdicts.get(labels)
+        old = known.get((pod, group))
         if old is not None and old != verdict:
             self.verdict.remove(*labels, old)
-        self._verdicts[labels] = verdict
+        known[(pod, group)] = verdict
         self.verdict.labels(*labels, verdict).set(1)
 
     def publish(self, namespace: str, guard: str, views: Sequence[PodView], *, guarded: int) -> None:

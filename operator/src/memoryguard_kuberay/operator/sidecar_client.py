@@ -6,7 +6,7 @@ answer costs the operator bounded memory and time whatever it holds:
 
 - the body is read up to ``MAX_BODY`` (512 KiB; a full default window, an
   hour at 5 s, is about 170 KB) and refused past it, and within the poll's
-  timeout (a slow drip ends there);
+  timeout (a slow drip ends there), by podhttp.py;
 - at most ``MAX_SAMPLES`` samples per answer (a sidecar pages its answers
   below that and says ``"more": true``), at most ``MAX_PAGES`` pages a poll;
 - samples older than ``oldest_s`` (what the policy's window can use) are
@@ -31,12 +31,12 @@ import dataclasses
 import json
 import math
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import aiohttp
-
 from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.operator import podhttp
 
 MAX_BODY = 512 * 1024
 MAX_SAMPLES = 2000
@@ -58,7 +58,7 @@ class Poll:
     newest_too_old_s: float | None = None  # the newest sample skipped as older than the window
 
 
-async def poll(session: aiohttp.ClientSession, ip: str, port: int, since: float | None, *, timeout_s: float,
+async def poll(ip: str, port: int, since: float | None, *, timeout_s: float,
                now: Callable[[], float], pod_uid: str | None = None, require_uid: bool = False,
                oldest_s: float | None = None, max_future_s: float = MAX_FUTURE_S, max_pages: int = MAX_PAGES) -> Poll:
     """Poll, following ``more`` for at most ``max_pages`` answers, all within
@@ -75,7 +75,7 @@ async def poll(session: aiohttp.ClientSession, ip: str, port: int, since: float 
         left = timeout_s - (time.monotonic() - t0)
         if left <= 0:
             break
-        last = await _one(session, ip, port, since, timeout_s=left, now=now, pod_uid=pod_uid,
+        last = await _one(ip, port, since, timeout_s=left, now=now, pod_uid=pod_uid,
                           require_uid=require_uid, max_future_s=max_future_s, oldest_s=oldest_s)
         samples.extend(last.samples)
         rejected += last.rejected
@@ -90,33 +90,18 @@ async def poll(session: aiohttp.ClientSession, ip: str, port: int, since: float 
                 last.newest_too_old_s)
 
 
-async def _one(session: aiohttp.ClientSession, ip: str, port: int, since: float | None, *, timeout_s: float,
-               now: Callable[[], float], pod_uid: str | None, require_uid: bool, max_future_s: float,
-               oldest_s: float | None) -> Poll:
-    url = f"http://{ip}:{port}/v1/samples"
-    params = {"since": repr(since)} if since is not None else None
+async def _one(ip: str, port: int, since: float | None, *, timeout_s: float, now: Callable[[], float],
+               pod_uid: str | None, require_uid: bool, max_future_s: float, oldest_s: float | None) -> Poll:
+    target = "/v1/samples" if since is None else f"/v1/samples?since={urllib.parse.quote(repr(since))}"
     t0 = time.monotonic()
     try:
-        async with session.get(url, params=params, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            if r.status != 200:
-                return Poll((), f"HTTP {r.status}", time.monotonic() - t0)
-            if (r.content_length or 0) > MAX_BODY:
-                return Poll((), f"response too large ({r.content_length} bytes > {MAX_BODY})",
-                            time.monotonic() - t0)
-            # Read to the end, bounded: ``content.read(n)`` alone returns
-            # whatever has arrived so far, which for a large answer is a part.
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in r.content.iter_chunked(1 << 16):
-                size += len(chunk)
-                if size > MAX_BODY:
-                    return Poll((), f"response too large (over {MAX_BODY} bytes)", time.monotonic() - t0)
-                chunks.append(chunk)
-            body = b"".join(chunks)
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-        return Poll((), f"unreachable: {type(exc).__name__} {exc}".strip(), time.monotonic() - t0)
-    return parse(body, latency_s=time.monotonic() - t0, now_s=now(), pod_uid=pod_uid, require_uid=require_uid,
-                 max_future_s=max_future_s, oldest_s=oldest_s)
+        answer = await podhttp.get(ip, port, target, timeout_s=timeout_s, max_body=MAX_BODY)
+    except podhttp.PodHttpError as exc:
+        return Poll((), str(exc), time.monotonic() - t0)
+    if answer.status != 200:
+        return Poll((), f"HTTP {answer.status}", time.monotonic() - t0)
+    return parse(answer.body, latency_s=time.monotonic() - t0, now_s=now(), pod_uid=pod_uid,
+                 require_uid=require_uid, max_future_s=max_future_s, oldest_s=oldest_s)
 
 
 def _time_of(raw: Mapping[str, Any]) -> float | None:
