@@ -208,3 +208,50 @@ async def test_an_unready_pod_is_evicted_without_the_budget_only_while_the_budge
     st, _, _ = await _call(s, "POST", f"{PODS}/sick/eviction", _evict("sick"))
     assert st == 201  # the budget is met: an unready pod costs it nothing (IfHealthyBudget)
     assert (api.get("poddisruptionbudgets", "ns", "ma") or {})["status"]["disruptionsAllowed"] == 0
+
+
+async def test_a_list_read_in_pages_is_one_snapshot_and_its_token_expires_with_a_compaction(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    """limit/continue, as the real server pages a LIST (kubernetes.io docs,
+    "Retrieving large results sets in chunks"): every page of one list comes
+    from the revision of its first page and carries that resourceVersion;
+    what changed since shows in a watch from it, not in the pages; a token
+    past a compaction answers 410 Expired; under a selector there is no
+    remainingItemCount."""
+    api, s = served
+    for i in range(5):
+        _pod(api, f"p{i}")
+    st, first, _ = await _call(s, "GET", PODS + "?limit=2&labelSelector=g%3Dw")
+    assert st == 200 and [i["metadata"]["name"] for i in first["items"]] == ["p0", "p1"]
+    assert first["metadata"]["continue"] and "remainingItemCount" not in first["metadata"]
+    rv = first["metadata"]["resourceVersion"]
+    api.remove("pods", "ns", "p3")  # after the first page: the pages do not see it
+    _pod(api, "p5")
+    names = []
+    token = first["metadata"]["continue"]
+    while token:
+        st, page, _ = await _call(s, "GET", PODS + f"?limit=2&labelSelector=g%3Dw&continue={token}")
+        assert st == 200 and page["metadata"]["resourceVersion"] == rv
+        names += [i["metadata"]["name"] for i in page["items"]]
+        token = page["metadata"].get("continue")
+    assert names == ["p2", "p3", "p4"]
+    st, unselected, _ = await _call(s, "GET", PODS + "?limit=2")
+    assert unselected["metadata"]["remainingItemCount"] == 3
+    api.expire_history()
+    st, doc, _ = await _call(s, "GET", PODS + f"?limit=2&continue={unselected['metadata']['continue']}")
+    assert st == 410 and doc["reason"] == "Expired"
+
+
+async def test_a_list_asked_for_as_partial_object_metadata_answers_metadata_only(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    """The Accept header of client-go's metadata client: the server answers
+    a PartialObjectMetadataList, the objects' data never sent."""
+    api, s = served
+    api.put("configmaps", {"metadata": {"name": "big", "namespace": "ns", "labels": {"k": "v"}},
+                           "data": {"a": "x" * 100_000}})
+    async with s.get("/api/v1/namespaces/ns/configmaps?labelSelector=k%3Dv", headers={
+            "Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"}) as r:
+        doc = await r.json()
+    assert doc["kind"] == "PartialObjectMetadataList" and doc["apiVersion"] == "meta.k8s.io/v1"
+    assert [i["kind"] for i in doc["items"]] == ["PartialObjectMetadata"]
+    assert doc["items"][0]["metadata"]["name"] == "big" and "data" not in doc["items"][0]

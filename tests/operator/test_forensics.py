@@ -167,6 +167,30 @@ async def test_artifacts_are_kept_in_configmaps_owned_by_the_guard_at_most_keep(
     assert json.loads(cm["data"][forensics.DATA_KEY])["collectedAt"] == "t4"
 
 
+async def test_configmaps_labelled_as_the_guards_by_anyone_are_read_as_metadata_only() -> None:
+    """A tenant may label big ConfigMaps as the guard's: keeping an artifact
+    reads only their names and times, and the oldest past keep go."""
+    api = EmulatedApi()
+    labels = {forensics.LABEL_GUARD: "g", forensics.LABEL_KIND: forensics.KIND}
+    for i in range(6):
+        api.put("configmaps", {"metadata": {"name": f"planted-{i}", "namespace": "ns", "labels": labels},
+                               "data": {"x": "y" * 900_000}})
+    accepts: list[str] = []
+    api.faults.append(lambda r: accepts.append(str(r.headers.get("Accept", ""))) if (
+        r.resource is not None and r.resource.plural == "configmaps" and str(r.method.value).upper() == "GET")
+        else None)
+    async with api, EmulatorServer(api) as server:
+        kube = Kube(Credentials(server=f"http://127.0.0.1:{server.port}", token="t"), timeout_s=5)
+        try:
+            name = await forensics.keep(kube, {"kind": "MemoryGuardForensics", "pod": "w1"}, _subject("1.2.3.4", 1),
+                                        keep_n=3, now=2000.0)
+        finally:
+            await kube.close()
+    assert accepts and all("as=PartialObjectMetadataList" in a for a in accepts)
+    kept = sorted(c["metadata"]["name"] for c in api.objects("configmaps", "ns"))
+    assert len(kept) == 3 and name in kept
+
+
 async def test_probes_wait_for_a_slot_and_are_skipped_past_the_budget(tmp_path: Any, monkeypatch: Any) -> None:
     """However many rotations guards start at once, at most MAX_PROBES probe
     processes run; one that gets no slot within its budget is skipped."""

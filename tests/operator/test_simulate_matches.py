@@ -54,7 +54,7 @@ class Stub:
 
 def _operator_decisions(trace_name: str) -> list[tuple[float, str, str]]:
     clock = SampleClock()
-    shared = OperatorContext(kube=Stub(), events=Stub(), drainer=None, clock=clock,  # type: ignore[arg-type]
+    shared = OperatorContext(kube=Stub(), events=Stub(), drainer=None, pods=None, clock=clock,  # type: ignore[arg-type]
                     metrics=OperatorMetrics())
     spec = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "remediation": {"jemalloc": {"mode": "recommend"}}})
     loop = GuardReconciler(shared, "default", "g")

@@ -1,7 +1,7 @@
 """The first steps of a guard's cycle, each with explicit inputs and
 outputs: select the RayClusters (``select``), set them up (the sidecar
-injected, the PodDisruptionBudgets kept: ``set_up``), list their pods
-(``list_pods``). The guard loop calls them in that order."""
+injected, the PodDisruptionBudgets kept: ``set_up``). The guard loop calls
+them in that order, then reads their pods (podcache.py)."""
 
 from __future__ import annotations
 
@@ -121,14 +121,6 @@ async def keep_budgets(kube: Kube, *, namespace: str, guard: Mapping[str, Any], 
             log.warning("%s: PodDisruptionBudget %s exists and is not MemoryGuard's; left alone", namespace, pdb)
         elif (patch := budgets.pdb_patch(current, wanted)) is not None:
             await kube.patch_pdb(namespace, pdb, patch)
-
-
-async def list_pods(kube: Kube, namespace: str, clusters: Sequence[Mapping[str, Any]]) -> list[pi.PodInfo]:
-    if not clusters:
-        return []
-    names = ",".join(c["metadata"]["name"] for c in clusters)
-    selector = f"{pi.LABEL_IS_RAY_NODE}=yes,{pi.LABEL_CLUSTER} in ({names})"
-    return [pi.pod_info(p) for p in await kube.list_pods(namespace, selector)]
 
 
 def is_guarded(spec: GuardSpec, p: pi.PodInfo) -> bool:

@@ -43,6 +43,7 @@ ARTIFACT_MAX_BYTES = 256 * 1024
 PROCESSES_MAX_BYTES = 256 * 1024
 PROBE_MAX_BYTES = 256 * 1024
 MAX_PROBES = 2  # rayprobe processes at once, across every guard of the operator
+MAX_SCAN = 5000  # ConfigMaps looked at when the oldest beyond spec.forensics.keep are deleted
 DATA_KEY = "forensics.json"
 LABEL_GUARD = "memoryguard.io/guard"
 LABEL_POD = "memoryguard.io/pod"
@@ -235,9 +236,19 @@ async def keep(kube: Kube, artifact: Mapping[str, Any], subject: Subject, *, kee
                                               "name": subject.guard, "uid": subject.guard_uid}]},
             "data": {DATA_KEY: json.dumps(artifact, separators=(",", ":"))}}
     await kube.create_configmap(subject.namespace, body)
-    kept = await kube.list_configmaps(subject.namespace, f"{LABEL_GUARD}={subject.guard},{LABEL_KIND}={KIND}")
-    kept.sort(key=lambda c: (str((c.get("metadata") or {}).get("creationTimestamp", "")),
-                             str((c.get("metadata") or {}).get("name", ""))))
-    for old in kept[:max(0, len(kept) - keep_n)]:
-        await kube.delete_configmap(subject.namespace, str(old["metadata"]["name"]))
+    # Anyone who may create ConfigMaps in the namespace can label some as
+    # the guard's: only their names and times are read (metadata only, in
+    # pages), and at most MAX_SCAN of them per keep.
+    others: list[tuple[str, str]] = []  # (creationTimestamp, name) of those kept before this one
+    async for items, _rv in kube.configmap_metadata(subject.namespace,
+                                                    f"{LABEL_GUARD}={subject.guard},{LABEL_KIND}={KIND}"):
+        for item in items:
+            meta = item.get("metadata") if isinstance(item, dict) else None
+            if isinstance(meta, dict) and isinstance(meta.get("name"), str) and meta["name"] != name:
+                others.append((str(meta.get("creationTimestamp", "")), meta["name"]))
+        if len(others) >= MAX_SCAN:
+            break
+    others.sort()
+    for _created, old in others[:max(0, len(others) - (keep_n - 1))]:
+        await kube.delete_configmap(subject.namespace, old)
     return name

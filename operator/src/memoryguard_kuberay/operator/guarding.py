@@ -4,7 +4,8 @@ policy, act within budgets, report. Called by the kopf daemon every
 
 Order of a cycle, each step idempotent (as KubeRay reconciles):
 validate the spec -> find the RayClusters -> inject the sidecar and ensure
-PodDisruptionBudgets (unless dry run) -> list the pods -> resume rotations in
+PodDisruptionBudgets (unless dry run) -> read their pods (from the
+namespace's watch, podcache.py) -> resume rotations in
 flight -> poll sidecars and feed the policy -> decide, rotate, remediate ->
 write the status if it changed. What must survive a restart is on the
 objects (pod annotations, the guard's status); ``GuardReconciler`` itself only
@@ -36,12 +37,14 @@ from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardS
 from memoryguard_kuberay.operator.kube import ApiError, Kube
 from memoryguard_kuberay.operator.ledger import Ledger, OutcomeKind, Phase
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
+from memoryguard_kuberay.operator.podcache import PodCaches
 from memoryguard_kuberay.operator.trust import Trust
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})
 POLL_CONCURRENCY = 64  # one guard's polls at once
 POD_CONNECTIONS = 256  # every guard's polls at once
+POD_WAIT_S = 10.0  # a guard's first cycle waits this long for its namespace's pods to be listed
 MIN_PAUSE_S = 0.5  # operator clock: the least pause between two cycles of one guard
 
 
@@ -54,6 +57,7 @@ class OperatorContext:
     drainer: Drainer
     clock: Clock
     metrics: OperatorMetrics
+    pods: PodCaches  # every guard's pods, from one watch per namespace
     sidecar_image: str = DEFAULT_SIDECAR_IMAGE
     trust: Trust | None = None  # the installer's limits on guards (trust.py)
     ray_forensics: bool = True  # Ray's GCS is reachable (MEMORYGUARD_DRAIN): list objects by call site
@@ -178,7 +182,8 @@ class GuardReconciler:
             if not spec.policy.dry_run and not stopped():
                 await clusters.set_up(self.ctx.kube, namespace=self.namespace, guard=body, spec=spec,
                                       clusters=selected.clusters, report=self.event)
-            all_pods = await clusters.list_pods(self.ctx.kube, self.namespace, selected.clusters)
+            all_pods = await self.ctx.pods.pods(self.namespace, self.name,
+                                                [c["metadata"]["name"] for c in selected.clusters], wait_s=POD_WAIT_S)
         except ApiError as e:
             log.warning("%s/%s: API error, retrying next cycle: %s", self.namespace, self.name, e)
             return spec.sampling.interval_s
@@ -431,10 +436,12 @@ class GuardReconciler:
             await self.remediate(spec, rc, p, d, "callsites")
 
     async def close(self) -> None:
-        """The guard is gone or the operator stops: no evidence is awaited."""
+        """The guard is gone or the operator stops: no evidence is awaited,
+        and its namespace's pod cache is let go (closed with its last guard)."""
         for task, _ in self.collecting.values():
             task.cancel()
         self.collecting.clear()
+        await self.ctx.pods.release(self.namespace, self.name)
 
     async def remediate(self, spec: GuardSpec, rc: Mapping[str, Any] | None, p: pi.PodInfo, d: Decision,
                         kind: str) -> None:

@@ -17,6 +17,7 @@ from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
 from memoryguard_kuberay.operator.kube import ApiError, Kube, load_credentials
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
+from memoryguard_kuberay.operator.podcache import PodCaches
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 _context: dict[str, guarding.OperatorContext] = {}  # set once at startup; kopf's memo is per object
@@ -61,7 +62,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     events = EventPoster(kube)
     events.start()
     _context["ctx"] = guarding.OperatorContext(kube=kube, events=events, drainer=drainer,
-                                        clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics,
+                                        pods=PodCaches(kube), clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics,
                                         sidecar_image=cfg.sidecar_image, trust=cfg.trust, ray_forensics=cfg.drain)
 
 
@@ -70,6 +71,7 @@ async def cleanup(**_: Any) -> None:
     ctx = _context.pop("ctx", None)
     if ctx is not None:
         await ctx.events.close()
+        await ctx.pods.close()
         await ctx.kube.close()
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import json as _json
 import ssl
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -28,7 +29,8 @@ API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("memoryguard.io", "memoryguards", ("list", "watch", "patch")),
     ("memoryguard.io", "memoryguards/status", ("patch",)),
     ("ray.io", "rayclusters", ("get", "list", "patch")),
-    ("", "pods", ("list", "patch")),
+    # Pods are listed in pages and watched (podcache.py), never listed whole every cycle.
+    ("", "pods", ("list", "watch", "patch")),
     ("", "pods/eviction", ("create",)),
     ("", "events", ("create",)),
     ("policy", "poddisruptionbudgets", ("get", "create", "patch", "delete")),
@@ -57,6 +59,9 @@ API_USE_CLUSTER: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 # tried again after each of these delays (seconds), then dropped: as
 # client-go's recorder does, reporting retries a little but never blocks.
 EVENT_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0)
+LIST_PAGE = 500  # items per page of a LIST (client-go's pager reads 500)
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"  # k8s.io/client-go/metadata
+MAX_WATCH_LINE = 4 * 1024 * 1024  # one watch event: an object is at most ~1.5 MiB in etcd
 
 RAYCLUSTERS = ("ray.io", "v1", "rayclusters")
 MEMORYGUARDS = ("memoryguard.io", "v1alpha1", "memoryguards")
@@ -69,6 +74,19 @@ class ApiError(Exception):
         super().__init__(f"{status} {reason}: {message}")
         self.status, self.reason, self.message = status, reason, message
         self.causes = tuple(causes)  # the Status's details.causes messages (an eviction's 429 names the PDB)
+
+
+async def _api_error(r: aiohttp.ClientResponse) -> ApiError:
+    """The API's Status answer (or whatever came) as an ApiError."""
+    try:
+        doc = await r.json(content_type=None)
+    except (aiohttp.ContentTypeError, ValueError):
+        doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    details = doc.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return ApiError(r.status, str(doc.get("reason", r.reason)), str(doc.get("message", ""))[:1024],
+                    [str(c.get("message", ""))[:512] for c in (causes or [])[:4] if isinstance(c, dict)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,29 +158,82 @@ class Kube:
             await self._session.close()
 
     async def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None,
-                      content_type: str = "application/json") -> Any:
+                      content_type: str = "application/json", accept: str | None = None) -> Any:
         s = await self.session()
         headers = {"Content-Type": content_type} if json is not None else {}
+        if accept:
+            headers["Accept"] = accept
         try:
             async with s.request(method, path.lstrip("/"), json=json, params=params, headers=headers) as r:
                 if r.status >= 400:
-                    try:
-                        doc = await r.json(content_type=None)
-                    except (aiohttp.ContentTypeError, ValueError):
-                        doc = {}
-                    details = doc.get("details") if isinstance(doc, dict) else None
-                    causes = details.get("causes") if isinstance(details, dict) else None
-                    raise ApiError(r.status, str(doc.get("reason", r.reason)), str(doc.get("message", ""))[:1024],
-                                   [str(c.get("message", ""))[:512] for c in (causes or [])[:4]
-                                    if isinstance(c, dict)])
+                    raise await _api_error(r)
                 return await r.json(content_type=None)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__) from exc
+
+    async def list_pages(self, path: str, params: Mapping[str, str], *,
+                         metadata_only: bool = False) -> AsyncGenerator[tuple[list[Any], str], None]:
+        """A LIST read in pages of ``LIST_PAGE`` items, as client-go's pager
+        reads one: (the page's items, the list's resourceVersion). A reader
+        holds one page at a time. A page refused mid-way (410 Expired: the
+        list outlived a compaction) raises; the caller lists again.
+        ``metadata_only``: each item's metadata and nothing else, as
+        client-go's metadata client asks (the server never sends the rest)."""
+        token: str | None = None
+        while True:
+            q = {**params, "limit": str(LIST_PAGE), **({"continue": token} if token else {})}
+            doc = await self.request("GET", path, params=q, accept=METADATA_ONLY if metadata_only else None)
+            meta = doc.get("metadata") if isinstance(doc, dict) else None
+            meta = meta if isinstance(meta, dict) else {}
+            items = doc.get("items") if isinstance(doc, dict) else None
+            yield (items if isinstance(items, list) else []), str(meta.get("resourceVersion", ""))
+            token = meta.get("continue") or None
+            if not isinstance(token, str):
+                return
+
+    async def watch(self, path: str, params: Mapping[str, str], *, timeout_s: int,
+                    opened: Callable[[], None] | None = None) -> AsyncGenerator[dict[str, Any], None]:
+        """A WATCH: each event ``{"type", "object"}`` as it comes, until the
+        server ends the stream (``timeoutSeconds``) or it breaks (ApiError).
+        ``opened`` is called once the server has accepted the watch.
+        An event line over ``MAX_WATCH_LINE`` bytes ends the stream: the
+        biggest object the server stores is about 1.5 MiB."""
+        s = await self.session()
+        q = {**params, "watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_s)}
+        # No total timeout: a stream is open for timeout_s; a silent one past that (plus slack) is broken.
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout.total, sock_read=timeout_s + 30)
+        try:
+            async with s.get(path.lstrip("/"), params=q, timeout=timeout) as r:
+                if r.status >= 400:
+                    raise await _api_error(r)
+                if opened is not None:
+                    opened()
+                buf = bytearray()
+                async for chunk in r.content.iter_any():
+                    buf += chunk
+                    while (end := buf.find(b"\n")) >= 0:
+                        line = bytes(buf[:end])
+                        del buf[:end + 1]
+                        if line.strip():
+                            try:
+                                event = _json.loads(line)
+                            except ValueError:
+                                raise ApiError(0, "BadWatchEvent", f"not JSON: {line[:80]!r}") from None
+                            if isinstance(event, dict):
+                                yield event
+                    if len(buf) > MAX_WATCH_LINE:
+                        raise ApiError(0, "BadWatchEvent", f"an event line over {MAX_WATCH_LINE} bytes")
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__) from exc
 
     # -- reads --------------------------------------------------------------
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        doc = await self.request("GET", pod_path(namespace), params={"labelSelector": label_selector})
-        return list(doc.get("items", []))
+        """Every pod the selector matches (read in pages). The guards read
+        pods from the cache (podcache.py); this is for rare whole reads."""
+        out: list[dict[str, Any]] = []
+        async for items, _rv in self.list_pages(pod_path(namespace), {"labelSelector": label_selector}):
+            out += items
+        return out
 
     async def list_rayclusters(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         params = {"labelSelector": label_selector} if label_selector else None
@@ -228,9 +299,19 @@ class Kube:
         await self.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", json=dict(body))
 
     async def list_configmaps(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        doc = await self.request("GET", f"/api/v1/namespaces/{namespace}/configmaps",
-                                 params={"labelSelector": label_selector})
-        return list(doc.get("items", []))
+        """The matching ConfigMaps whole (for ``memoryguard-kuberay forensics``,
+        which prints them; the operator reads only their metadata)."""
+        out: list[dict[str, Any]] = []
+        async for items, _rv in self.list_pages(f"/api/v1/namespaces/{namespace}/configmaps",
+                                                {"labelSelector": label_selector}):
+            out += items
+        return out
+
+    def configmap_metadata(self, namespace: str, label_selector: str) -> AsyncGenerator[tuple[list[Any], str], None]:
+        """Pages of the matching ConfigMaps' metadata (their data, up to 1 MiB
+        each, never leaves the API server)."""
+        return self.list_pages(f"/api/v1/namespaces/{namespace}/configmaps", {"labelSelector": label_selector},
+                               metadata_only=True)
 
     async def delete_configmap(self, namespace: str, name: str) -> None:
         try:

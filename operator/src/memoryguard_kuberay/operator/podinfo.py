@@ -7,6 +7,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+ANN_PREFIX = "memoryguard.io/"
+MAX_ANNOTATION = 4096  # characters of one annotation kept
 ANN_REQUESTED_AT = "memoryguard.io/rotation-requested-at"
 ANN_REASON = "memoryguard.io/rotation-reason"
 ANN_PHASE = "memoryguard.io/rotation-phase"  # draining | evicting
@@ -72,7 +74,10 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         group=str(labels.get(LABEL_GROUP, "")), is_head=labels.get(LABEL_NODE_TYPE) == "head",
         phase=str(status.get("phase", "")), ready=ready, terminating=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp", "")),
-        annotations={str(k): str(v) for k, v in ann.items() if isinstance(v, str)},
+        # Only MemoryGuard's own, each cut short: what else a pod carries
+        # (possibly megabytes) is not kept for it.
+        annotations={str(k): v[:MAX_ANNOTATION] for k, v in ann.items()
+                     if isinstance(v, str) and str(k).startswith(ANN_PREFIX)},
         injected_sidecar=any(_obj(c).get("name") == SIDECAR_NAME for c in _containers(pod)),
     )
 

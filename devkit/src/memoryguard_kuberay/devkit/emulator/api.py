@@ -11,6 +11,15 @@ every resource request itself, following the real API's contract:
 - list returns a list ``resourceVersion``; watches (``watching.py``) replay
   from a ``resourceVersion`` or answer ``410 Gone``;
 - ``labelSelector`` and ``fieldSelector`` (=, ==, !=, in, notin, exists);
+- pagination (``limit``/``continue``): every page of one list is read from
+  the snapshot taken by its first page and carries that page's
+  ``resourceVersion``, as the real server reads etcd at that revision; a
+  ``continue`` token from before ``expire_history()`` (a compaction, which
+  a real server runs every 5 minutes) answers ``410 Gone``, reason
+  ``Expired``; ``remainingItemCount`` is left out under a selector, as
+  the real server does;
+- a list asked for as ``PartialObjectMetadataList`` (the ``Accept`` header
+  client-go's metadata client sends) answers each item's metadata only;
 - PATCH as merge, strategic-merge (treated as merge) or JSON patch; a failed
   JSON-patch ``test`` or a bad path answers 422; a stale ``resourceVersion``
   answers 409; the ``status`` subresource is written apart from the rest;
@@ -30,7 +39,10 @@ every resource request itself, following the real API's contract:
 - finalizers and ``deletionTimestamp`` on delete.
 
 NOT modelled: authentication and RBAC, admission webhooks, server-side
-apply, pagination (``limit``/``continue``), pod lifecycle beyond what the
+apply, the watch cache (``resourceVersion=0`` lists are read like any
+other), the inconsistent ``continue`` token a real 410 Expired carries (at
+most ``MAX_CONTINUES`` lists can be mid-way at once, the oldest then
+expiring early: an emulator's bound, not the server's), pod lifecycle beyond what the
 KubeRay/kubelet stand-in does, garbage collection by ownerReferences, API
 priority and fairness, the controller's ~1 s delay before a PDB's status
 follows a change (here it follows at once).
@@ -63,6 +75,7 @@ from .selectors import field_matcher, label_matcher
 from .wire import BUILTIN_KINDS, ApiError, Kind, now_iso, status_doc
 
 HISTORY = 20000
+MAX_CONTINUES = 256  # paged lists mid-way at once (an emulator bound: the real server keeps etcd revisions)
 CONFIGMAP_MAX_BYTES = 1024 * 1024  # k8s core.MaxSecretSize, which ValidateConfigMap also applies
 
 
@@ -89,6 +102,9 @@ class EmulatedApi(kmock.KubernetesScaffold):
     evictions: list[tuple[str, str, float]] = attrs.field(factory=list)  # (namespace, pod, wall time) evicted
     deletes: list[tuple[str, str, str]] = attrs.field(factory=list)  # (plural, namespace, name) plain deletes
     budget_keys: set[tuple[str, str, str, str]] = attrs.field(factory=set)  # the PDBs' store keys
+    # Lists read in pages: continue token -> (the snapshot's resourceVersion, the items not yet served).
+    continues: collections.OrderedDict[str, tuple[int, list[dict[str, Any]]]] = attrs.field(
+        factory=collections.OrderedDict)
     changed: asyncio.Event = attrs.field(factory=asyncio.Event)
     _syncing: bool = False
 
@@ -256,6 +272,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
         resourceVersion now answers 410 Gone, and the client must re-list."""
         self.history.clear()
         self.oldest_rv = self.rv
+        self.continues.clear()  # a compaction also ends every paged list mid-way
 
     # -- HTTP -------------------------------------------------------------------
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
@@ -389,11 +406,37 @@ class EmulatedApi(kmock.KubernetesScaffold):
         except ValueError as e:
             raise ApiError(400, "BadRequest", str(e)) from None
         fields = field_matcher(request.params.get("fieldSelector"))
-        items = [copy.deepcopy(o) for (g, p, ons, _), o in sorted(self.store.items())
-                 if g == k.group and p == k.plural and (not ns or ons == ns)
-                 and labels(o["metadata"].get("labels") or {}) and fields(o)]
-        return {"apiVersion": k.api_version, "kind": f"{k.kind}List",
-                "metadata": {"resourceVersion": str(self.rv)}, "items": items}
+        raw_limit = request.params.get("limit") or "0"
+        if not raw_limit.isdigit():
+            raise ApiError(400, "BadRequest", f"limit: Invalid value: {raw_limit!r}")
+        limit = int(raw_limit)
+        token = request.params.get("continue")
+        if token:
+            if token not in self.continues:
+                raise ApiError(410, "Expired", "The provided continue parameter is too old to display a consistent "
+                                               "list result. You can start a new list without the continue "
+                                               "parameter.")
+            rv, items = self.continues.pop(token)
+        else:
+            rv = self.rv
+            items = [copy.deepcopy(o) for (g, p, ons, _), o in sorted(self.store.items())
+                     if g == k.group and p == k.plural and (not ns or ons == ns)
+                     and labels(o["metadata"].get("labels") or {}) and fields(o)]
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if limit and len(items) > limit:
+            items, rest = items[:limit], items[limit:]
+            token = uuid.uuid4().hex
+            self.continues[token] = (rv, rest)
+            while len(self.continues) > MAX_CONTINUES:
+                self.continues.popitem(last=False)
+            meta["continue"] = token
+            if not request.params.get("labelSelector") and not request.params.get("fieldSelector"):
+                meta["remainingItemCount"] = len(rest)
+        if "as=PartialObjectMetadataList" in str(request.headers.get("Accept", "")):
+            return {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": meta,
+                    "items": [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                               "metadata": o["metadata"]} for o in items]}
+        return {"apiVersion": k.api_version, "kind": f"{k.kind}List", "metadata": meta, "items": items}
 
     @staticmethod
     def _dry_run(request: kmock.Request, body: Any) -> bool:
