@@ -134,28 +134,34 @@ class Kube:
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
+        # Watches hold their connection for minutes, one per namespace with a
+        # guard: on a pool of their own, so they never take the requests' 32.
+        self._watch_session: aiohttp.ClientSession | None = None
+
+    def _new_session(self, limit: int) -> aiohttp.ClientSession:
+        ssl_ctx: ssl.SSLContext | bool = False
+        if self.creds.server.startswith("https"):
+            ssl_ctx = ssl.create_default_context(cafile=self.creds.ca_path)
+            if self.creds.cert_path:
+                ssl_ctx.load_cert_chain(self.creds.cert_path, self.creds.key_path)
+            if not self.creds.verify:
+                ssl_ctx.check_hostname = False
+                ssl_ctx.verify_mode = ssl.CERT_NONE
+        headers = {"User-Agent": self.user_agent}
+        if self.creds.token:
+            headers["Authorization"] = f"Bearer {self.creds.token}"
+        return aiohttp.ClientSession(base_url=self.creds.server.rstrip("/") + "/", headers=headers,
+                                     timeout=self.timeout, connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=limit))
 
     async def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            ssl_ctx: ssl.SSLContext | bool = False
-            if self.creds.server.startswith("https"):
-                ssl_ctx = ssl.create_default_context(cafile=self.creds.ca_path)
-                if self.creds.cert_path:
-                    ssl_ctx.load_cert_chain(self.creds.cert_path, self.creds.key_path)
-                if not self.creds.verify:
-                    ssl_ctx.check_hostname = False
-                    ssl_ctx.verify_mode = ssl.CERT_NONE
-            headers = {"User-Agent": self.user_agent}
-            if self.creds.token:
-                headers["Authorization"] = f"Bearer {self.creds.token}"
-            self._session = aiohttp.ClientSession(
-                base_url=self.creds.server.rstrip("/") + "/", headers=headers, timeout=self.timeout,
-                connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=32))
+            self._session = self._new_session(32)
         return self._session
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for s in (self._session, self._watch_session):
+            if s is not None:
+                await s.close()
 
     async def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None,
                       content_type: str = "application/json", accept: str | None = None) -> Any:
@@ -198,7 +204,9 @@ class Kube:
         ``opened`` is called once the server has accepted the watch.
         An event line over ``MAX_WATCH_LINE`` bytes ends the stream: the
         biggest object the server stores is about 1.5 MiB."""
-        s = await self.session()
+        if self._watch_session is None or self._watch_session.closed:
+            self._watch_session = self._new_session(0)  # 0: no limit (one per namespace with a guard)
+        s = self._watch_session
         q = {**params, "watch": "true", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_s)}
         # No total timeout: a stream is open for timeout_s; a silent one past that (plus slack) is broken.
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout.total, sock_read=timeout_s + 30)
