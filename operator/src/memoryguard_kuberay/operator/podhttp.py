@@ -1,13 +1,13 @@
 """One bounded HTTP/1.1 GET to a pod (its sidecar), on a bare socket.
 
 Polling is most of what the operator does per pod: one GET per pod per
-interval, 20,000 pods every 15 s. A general client (aiohttp) spends most of
+interval, 20,000 pods every 15 s. A general client (aiohttp) spends much of
 that on machinery a poll does not need (URL objects, timers per phase,
-connector pools, happy eyeballs), measured at about 60% of the operator's
-CPU on 10,000 pods. The sidecar speaks a small, fixed dialect (one request
-per connection, ``Connection: close``, a ``Content-Length``), so the
-operator speaks exactly that and nothing more: connect, send, read until the
-declared length or the end, close.
+connector pools, happy eyeballs): with it the operator took 0.45 core for
+10,000 pods, with this 0.24 (``make bench-operator``). The sidecar speaks
+a small, fixed dialect (one request per connection, ``Connection: close``,
+a ``Content-Length``), so the operator speaks exactly that and nothing
+more: connect, send, read until the declared length or the end, close.
 
 Every Ray pod may be hostile (code in a Ray worker shares the sidecar's
 pod), so an answer costs bounded memory and time whatever it holds: the
