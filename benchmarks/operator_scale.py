@@ -237,6 +237,12 @@ def proc_cpu_rss(pid: int) -> tuple[float, float, float]:
     return cpu, int(status["VmRSS"]) / 1024, int(status["VmHWM"]) / 1024
 
 
+def longest_gaps(pods: range, *, since: float, end: float) -> dict[str, float]:
+    """Pod IP -> the longest gap between two asks while measuring; the gap
+    still open at the end counts (a pod never asked has one since the start)."""
+    return {ip: max(GAPS.get(ip, 0.0), end - POLLED.get(ip, since)) for ip in map(pod_ip, pods)}
+
+
 async def serve_only(lo: int, hi: int) -> None:
     """A helper: the sidecars of pods [lo, hi); "start" on stdin starts the
     gap count, "end" prints the gaps (pod IP -> longest, seconds) as JSON."""
@@ -254,7 +260,7 @@ async def serve_only(lo: int, hi: int) -> None:
         elif line == b"end":
             MEASURING["on"] = False
             end = time.time()
-            gaps = {ip: max(GAPS.get(ip, 0.0), end - POLLED.get(ip, t0)) for ip in (pod_ip(i) for i in range(lo, hi))}
+            gaps = longest_gaps(range(lo, hi), since=t0, end=end)
             print(json.dumps(gaps), flush=True)
     for sv in servers:
         sv.close()
@@ -352,8 +358,7 @@ async def run(n: int, seconds: float, warmup: float) -> dict[str, Any]:
             h1 = histogram(url, "memoryguard_sample_to_decision_seconds")
             s1 = cycle_stats(url)
             wall = time.time() - t0
-            # A pod never asked while measuring has an open gap up to the end.
-            gaps = {ip: max(GAPS.get(ip, 0.0), end - POLLED.get(ip, t0)) for ip in (pod_ip(i) for i in range(here))}
+            gaps = longest_gaps(range(here), since=t0, end=end)
             gaps.update(far)
             window = [(le, c - dict(h0).get(le, 0.0)) for le, c in h1]
             statuses = [(g.get("status") or {}) for g in api.objects("memoryguards", "default")]

@@ -55,6 +55,6 @@ def pdb_patch(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str
     return {"spec": {"minAvailable": want["minAvailable"], "maxUnavailable": None, "selector": want["selector"]}}
 
 
-def is_ours(current: Mapping[str, Any]) -> bool:
-    labels = (current.get("metadata") or {}).get("labels") or {}
-    return all(labels.get(k) == v for k, v in MANAGED_BY.items())
+def selector() -> str:
+    """The label selector of MemoryGuard's budgets (a user's are never touched)."""
+    return ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())

@@ -86,6 +86,10 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
                  clusters: Sequence[Mapping[str, Any]], report: Report) -> None:
     """The sidecar in the pod templates (when injected) and one PDB per
     guarded worker group (when enabled). Idempotent."""
+    # MemoryGuard's budgets in the namespace, read once (by their label) for every cluster.
+    ours: dict[str, dict[str, Any]] = {}
+    if spec.pdb.enabled and clusters:
+        ours = {str(p["metadata"]["name"]): p for p in await kube.list_pdbs(namespace, budgets.selector())}
     for rc in clusters:
         name = rc["metadata"]["name"]
         if spec.sidecar.inject:
@@ -98,13 +102,14 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
                 except ApiError as e:
                     await report(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}", also=[rc])
         if spec.pdb.enabled:
-            await keep_budgets(kube, namespace=namespace, guard=guard, spec=spec, rc=rc)
+            await keep_budgets(kube, namespace=namespace, guard=guard, spec=spec, rc=rc, ours=ours)
 
 
 async def keep_budgets(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec,
-                       rc: Mapping[str, Any]) -> None:
-    """One PodDisruptionBudget per guarded worker group, read every cycle
-    and written only when it differs (see budgets.py for its shape)."""
+                       rc: Mapping[str, Any], ours: Mapping[str, Mapping[str, Any]]) -> None:
+    """One PodDisruptionBudget per guarded worker group, compared every
+    cycle with ``ours`` (MemoryGuard's budgets as listed) and written only
+    when it differs (see budgets.py for its shape)."""
     name = rc["metadata"]["name"]
     desired = desired_replicas(rc)
     for group, _, _ in patches.templates(rc, include_head=False):
@@ -114,11 +119,15 @@ async def keep_budgets(kube: Kube, *, namespace: str, guard: Mapping[str, Any], 
                                     desired_pods=desired.get((name, group), 0),
                                     max_unavailable=spec.pdb.max_unavailable, owner=owner_ref(guard))
         pdb = wanted["metadata"]["name"]
-        current = await kube.get_pdb(namespace, pdb)
+        current = ours.get(pdb)
         if current is None:
-            await kube.create_pdb(namespace, wanted)
-        elif not budgets.is_ours(current):
-            log.warning("%s: PodDisruptionBudget %s exists and is not MemoryGuard's; left alone", namespace, pdb)
+            try:
+                await kube.create_pdb(namespace, wanted)
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+                # Not among ours, yet there: somebody else's budget of that name.
+                log.warning("%s: PodDisruptionBudget %s exists and is not MemoryGuard's; left alone", namespace, pdb)
         elif (patch := budgets.pdb_patch(current, wanted)) is not None:
             await kube.patch_pdb(namespace, pdb, patch)
 

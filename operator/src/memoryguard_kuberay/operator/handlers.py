@@ -109,6 +109,9 @@ async def removed(spec: kopf.Spec, namespace: str | None, name: str | None, body
     except SpecError:
         return
     selected = await clusters.select(ctx.kube, namespace=ns, guard=body, spec=gs, trust=ctx.trust)
+    ours: set[str] = set()  # MemoryGuard's budgets (a user's of the same name stay)
+    if gs.pdb.enabled:
+        ours = {p["metadata"]["name"] for p in await ctx.kube.list_pdbs(ns, budgets.selector())}
     for rc in selected.clusters:
         if gs.sidecar.inject:
             ops = patches.uninject_patch(rc)
@@ -123,4 +126,6 @@ async def removed(spec: kopf.Spec, namespace: str | None, name: str | None, body
                     raise kopf.TemporaryError(str(e), delay=10) from e
         if gs.pdb.enabled:
             for group, _path, _tpl in patches.templates(rc, include_head=False):
-                await ctx.kube.delete_pdb(ns, budgets.pdb_name(rc["metadata"]["name"], group))
+                name = budgets.pdb_name(rc["metadata"]["name"], group)
+                if name in ours:
+                    await ctx.kube.delete_pdb(ns, name)

@@ -33,7 +33,8 @@ API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "pods", ("list", "watch", "patch")),
     ("", "pods/eviction", ("create",)),
     ("", "events", ("create",)),
-    ("policy", "poddisruptionbudgets", ("get", "create", "patch", "delete")),
+    # Read with one label-selected LIST per guard per cycle, not a GET per group.
+    ("policy", "poddisruptionbudgets", ("list", "create", "patch", "delete")),
     # The evidence kept before a rotation (forensics.py): one ConfigMap per
     # rotation, owned by the guard, the oldest deleted past spec.forensics.keep.
     ("", "configmaps", ("create", "list", "delete")),
@@ -293,8 +294,11 @@ class Kube:
                 return None
             raise
 
-    async def get_pdb(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return await self.get_or_none(_path(PDBS, namespace, name))
+    async def list_pdbs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        async for items, _rv in self.list_pages(_path(PDBS, namespace), {"labelSelector": label_selector}):
+            out += items
+        return out
 
     async def create_pdb(self, namespace: str, body: Mapping[str, Any]) -> None:
         await self.request("POST", _path(PDBS, namespace), json=dict(body))
