@@ -151,3 +151,25 @@ async def test_the_last_guard_of_a_namespace_closes_its_cache(world: tuple[Emula
     await caches.release("ns", "g2")
     assert "ns" not in caches.caches
     await _until(lambda: not api.watchers, "the watch closed")
+
+
+async def test_a_cache_that_fails_on_an_event_is_not_read_as_fresh(
+        world: tuple[EmulatedApi, podcache.PodCaches], monkeypatch: Any) -> None:
+    """Whatever breaks the keeping (here, reading a pod raises), the cache
+    says so and is unreadable past the stale limit instead of silently
+    serving an old picture."""
+    api, caches = world
+    monkeypatch.setattr(podcache, "STALE_AFTER_S", 0.3)
+    monkeypatch.setattr(podcache, "RETRY_DELAYS_S", (0.1,))
+    await caches.pods("ns", "g", ["rc"], wait_s=5)
+
+    def broken(_: Any) -> pi.PodInfo:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(podcache.pi, "pod_info", broken)
+    api.put("pods", _pod("a9"))
+    cache = caches.caches["ns"]
+    await _until(lambda: cache.broken_since is not None, "the failure seen")
+    await asyncio.sleep(0.4)
+    with pytest.raises(ApiError, match="RuntimeError: a bug"):
+        await caches.pods("ns", "g", ["rc"], wait_s=1)

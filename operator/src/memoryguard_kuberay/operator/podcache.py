@@ -20,8 +20,9 @@ Contract, as client-go's reflector keeps it:
   bookmarks) when the server ends it (every ``WATCH_TIMEOUT_S``); a ``410
   Gone`` (the history was compacted) means LIST again;
 - any other failure is retried after a growing delay, the cache kept as it
-  was; a cache whose watch has been broken for ``STALE_AFTER_S`` is not read
-  (the cycle fails as if the API were down, and nothing is acted on).
+  was (after an unexpected error, by a whole LIST: what it holds is in
+  doubt); a cache whose watch has been broken for ``STALE_AFTER_S`` is not
+  read (the cycle fails as if the API were down, and nothing is acted on).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ SELECTOR = f"{pi.LABEL_IS_RAY_NODE}=yes"
 WATCH_TIMEOUT_S = 300  # the server ends each watch after this; it is opened again from where it was
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 STALE_AFTER_S = 60.0
+MIN_WATCH_S = 1.0  # a watch that ends sooner than this is opened again only after this long
 
 
 class PodCache:
@@ -86,23 +88,34 @@ class PodCache:
     async def _run(self) -> None:
         failures = 0
         while True:
+            started, listing = time.monotonic(), self.rv is None
             try:
-                if self.rv is None:
+                if listing:
                     await self._list()
                 await self._watch()
                 failures = 0
+                if time.monotonic() - started < MIN_WATCH_S:
+                    await asyncio.sleep(MIN_WATCH_S)  # a server (or proxy) that ends every watch at once
+                continue
             except ApiError as e:
                 if e.status == 410:
-                    log.info("%s: pod watch history expired; listing again", self.namespace)
                     self.rv = None
-                    continue
+                    if not listing or time.monotonic() - started >= MIN_WATCH_S:
+                        log.info("%s: pod watch history expired; listing again", self.namespace)
+                        failures = 0
+                        continue
+                    # Gone right after a LIST: waits like any failure (no LIST loop).
                 self.last_error = str(e)[:300]
-                if self.broken_since is None:
-                    self.broken_since = time.monotonic()
-                delay = RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)]
-                failures += 1
-                log.warning("%s: pod watch failed (%s); again in %g s", self.namespace, self.last_error, delay)
-                await asyncio.sleep(delay)
+            except Exception as e:  # a bug must not leave a cache that looks fresh and is frozen
+                log.exception("%s: pod cache failed", self.namespace)
+                self.last_error = f"{type(e).__name__}: {e}"[:300]
+                self.rv = None  # what it holds is in doubt: only a whole LIST makes it fresh again
+            if self.broken_since is None:
+                self.broken_since = time.monotonic()
+            delay = RETRY_DELAYS_S[min(failures, len(RETRY_DELAYS_S) - 1)]
+            failures += 1
+            log.warning("%s: pod watch failed (%s); again in %g s", self.namespace, self.last_error, delay)
+            await asyncio.sleep(delay)
 
     async def _list(self) -> None:
         fresh: dict[str, dict[str, pi.PodInfo]] = {}
