@@ -56,7 +56,7 @@ async def get(ip: str, port: int, target: str, *, timeout_s: float, max_body: in
             await loop.sock_sendall(sock, request)
             return await _read_answer(loop, sock, max_body)
     except TimeoutError:
-        raise PodHttpError(f"unreachable: no answer within {timeout_s:g} s") from None
+        raise PodHttpError(f"unreachable: no answer within {timeout_s:.3g} s") from None
     except OSError as exc:
         raise PodHttpError(f"unreachable: {exc.strerror or type(exc).__name__}") from None
     finally:
