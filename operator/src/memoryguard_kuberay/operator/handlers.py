@@ -61,9 +61,10 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     drainer = RayGcsDrainer(rpc_timeout_s=cfg.drain_rpc_timeout_s) if cfg.drain else NoDrainer()
     events = EventPoster(kube)
     events.start()
-    _context["ctx"] = guarding.OperatorContext(kube=kube, events=events, drainer=drainer,
-                                        pods=PodCaches(kube), clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics,
-                                        sidecar_image=cfg.sidecar_image, trust=cfg.trust, ray_forensics=cfg.drain)
+    _context["ctx"] = guarding.OperatorContext(
+        kube=kube, events=events, drainer=drainer, pods=PodCaches(kube, watch_timeout_s=cfg.watch_timeout_s),
+        clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics, sidecar_image=cfg.sidecar_image, trust=cfg.trust,
+        ray_forensics=cfg.drain)
 
 
 @kopf.on.cleanup()

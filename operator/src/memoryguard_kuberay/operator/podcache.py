@@ -17,7 +17,7 @@ Contract, as client-go's reflector keeps it:
 - the LIST is read in pages (``LIST_PAGE``); the new picture replaces the
   old one only when whole;
 - the WATCH resumes from the last ``resourceVersion`` seen (events and
-  bookmarks) when the server ends it (every ``WATCH_TIMEOUT_S``); a ``410
+  bookmarks) when the server ends it (every ``watch_timeout_s``); a ``410
   Gone`` (the history was compacted) means LIST again;
 - any other failure is retried after a growing delay, the cache kept as it
   was (after an unexpected error, by a whole LIST: what it holds is in
@@ -39,7 +39,7 @@ from memoryguard_kuberay.operator.kube import ApiError, Kube, pod_path
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 SELECTOR = f"{pi.LABEL_IS_RAY_NODE}=yes"
-WATCH_TIMEOUT_S = 300  # the server ends each watch after this; it is opened again from where it was
+WATCH_TIMEOUT_S = 300  # by default the server ends each watch after this (MEMORYGUARD_WATCH_TIMEOUT_SECONDS)
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 STALE_AFTER_S = 60.0
 MIN_WATCH_S = 1.0  # a watch that ends sooner than this is opened again only after this long
@@ -48,8 +48,8 @@ MIN_WATCH_S = 1.0  # a watch that ends sooner than this is opened again only aft
 class PodCache:
     """One namespace's Ray pods (label ``ray.io/is-ray-node=yes``)."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube, self.namespace = kube, namespace
+    def __init__(self, kube: Kube, namespace: str, *, watch_timeout_s: int = WATCH_TIMEOUT_S) -> None:
+        self.kube, self.namespace, self.watch_timeout_s = kube, namespace, watch_timeout_s
         self.by_cluster: dict[str, dict[str, pi.PodInfo]] = {}  # cluster -> pod name -> pod
         self.cluster_of: dict[str, str] = {}  # pod name -> the cluster it is filed under
         self.rv: str | None = None  # where the watch resumes; None: LIST first
@@ -136,7 +136,7 @@ class PodCache:
     async def _watch(self) -> None:
         assert self.rv is not None
         params = {"labelSelector": SELECTOR, "resourceVersion": self.rv}
-        async with contextlib.aclosing(self.kube.watch(pod_path(self.namespace), params, timeout_s=WATCH_TIMEOUT_S,
+        async with contextlib.aclosing(self.kube.watch(pod_path(self.namespace), params, timeout_s=self.watch_timeout_s,
                                                        opened=self._healthy)) as events:
             async for event in events:
                 self._apply(event)
@@ -172,15 +172,15 @@ class PodCaches:
     """The operator's pod caches: one per namespace that has a guard,
     started by its first guard and closed when its last guard goes."""
 
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
+    def __init__(self, kube: Kube, *, watch_timeout_s: int = WATCH_TIMEOUT_S) -> None:
+        self.kube, self.watch_timeout_s = kube, watch_timeout_s
         self.caches: dict[str, PodCache] = {}
         self.users: dict[str, set[str]] = {}  # namespace -> the guards reading its cache
 
     def acquire(self, namespace: str, guard: str) -> PodCache:
         cache = self.caches.get(namespace)
         if cache is None:
-            cache = self.caches[namespace] = PodCache(self.kube, namespace)
+            cache = self.caches[namespace] = PodCache(self.kube, namespace, watch_timeout_s=self.watch_timeout_s)
             cache.start()
         self.users.setdefault(namespace, set()).add(guard)
         return cache
