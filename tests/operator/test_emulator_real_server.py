@@ -255,3 +255,25 @@ async def test_a_list_asked_for_as_partial_object_metadata_answers_metadata_only
     assert doc["kind"] == "PartialObjectMetadataList" and doc["apiVersion"] == "meta.k8s.io/v1"
     assert [i["kind"] for i in doc["items"]] == ["PartialObjectMetadata"]
     assert doc["items"][0]["metadata"]["name"] == "big" and "data" not in doc["items"][0]
+
+
+async def test_a_watch_under_a_selector_sees_objects_come_and_go_as_their_labels_change(
+        served: tuple[EmulatedApi, aiohttp.ClientSession]) -> None:
+    """The watch cache judges each change on the object before and after it
+    (cacher/cache_watcher.go, convertToWatchEvent): coming to match is ADDED,
+    ceasing to match is DELETED (the previous content at the event's
+    resourceVersion), matching throughout is MODIFIED, never matching is
+    not sent."""
+    api, s = served
+    api.put("pods", {"metadata": {"name": "p", "namespace": "ns", "labels": {"g": "w"}}})
+    rv = api.rv
+    api.put("pods", {"metadata": {"name": "p", "namespace": "ns", "labels": {"g": "w", "x": "1"}}})
+    api.put("pods", {"metadata": {"name": "p", "namespace": "ns", "labels": {"g": "other"}}})
+    api.put("pods", {"metadata": {"name": "p", "namespace": "ns", "labels": {"g": "other", "y": "2"}}})
+    api.put("pods", {"metadata": {"name": "p", "namespace": "ns", "labels": {"g": "w"}}})
+    async with s.get(PODS + f"?watch=true&labelSelector=g%3Dw&resourceVersion={rv}&timeoutSeconds=1") as r:
+        events = [json.loads(line) for line in (await r.read()).splitlines() if line.strip()]
+    assert [e["type"] for e in events] == ["MODIFIED", "DELETED", "ADDED"]
+    gone = events[1]["object"]
+    assert gone["metadata"]["labels"] == {"g": "w", "x": "1"}  # what it was while it matched
+    assert gone["metadata"]["resourceVersion"] == str(rv + 2)  # at the change that took it out

@@ -83,6 +83,10 @@ async def test_changes_arrive_by_the_watch(world: tuple[EmulatedApi, podcache.Po
     assert _names(caches, "other") == ["a1", "b0"]
     cache = caches.caches["ns"]
     await _until(lambda: cache.by_cluster["rc"]["a2"].rotation_phase == "draining", "the annotation")
+    unlabelled = _pod("a3")
+    del unlabelled["metadata"]["labels"][pi.LABEL_IS_RAY_NODE]  # no longer a Ray pod: the watch says DELETED
+    api.put("pods", unlabelled)
+    await _until(lambda: _names(caches, "rc") == ["a2", "a9"], "the pod that left the selector gone")
     assert cache.lists == 1
 
 

@@ -9,7 +9,8 @@ every resource request itself, following the real API's contract:
 - objects get ``uid``, ``resourceVersion`` (one global counter),
   ``creationTimestamp``, ``generation`` (bumped on spec changes);
 - list returns a list ``resourceVersion``; watches (``watching.py``) replay
-  from a ``resourceVersion`` or answer ``410 Gone``;
+  from a ``resourceVersion`` or answer ``410 Gone``; under a selector an
+  object that stops matching is DELETED and one that comes to match ADDED;
 - ``labelSelector`` and ``fieldSelector`` (=, ==, !=, in, notin, exists);
 - pagination (``limit``/``continue``): every page of one list is read from
   the snapshot taken by its first page and carries that page's
@@ -40,11 +41,13 @@ every resource request itself, following the real API's contract:
 
 NOT modelled: authentication and RBAC, admission webhooks, server-side
 apply, the watch cache (``resourceVersion=0`` lists are read like any
-other), the inconsistent ``continue`` token a real 410 Expired carries (at
-most ``MAX_CONTINUES`` lists can be mid-way at once, the oldest then
-expiring early: an emulator's bound, not the server's), pod lifecycle beyond what the
-KubeRay/kubelet stand-in does, garbage collection by ownerReferences, API
-priority and fairness, the controller's ~1 s delay before a PDB's status
+other), the inconsistent ``continue`` token a real 410 Expired carries,
+the passing of time (``continue`` tokens and the watch history end only at
+``expire_history()``, never after the real server's 5 minutes; at most
+``MAX_CONTINUES`` lists can be mid-way at once, the oldest then expiring
+early: an emulator's bound, not the server's), watch BOOKMARK events, pod
+lifecycle beyond what the KubeRay/kubelet stand-in does, garbage collection
+by ownerReferences, API priority and fairness, the controller's ~1 s delay before a PDB's status
 follows a change (here it follows at once).
 
 For fault tests: ``faults`` can answer any request with an error or delay
@@ -85,7 +88,7 @@ Fault = Callable[[kmock.Request], "ApiError | float | None"]
 # An observer sees (plural, event type, object) for every change; event
 # type "EVICTING" comes before an evicted pod is deleted.
 Observer = Callable[[str, str, dict[str, Any]], None]
-_DROP: tuple[int, str, dict[str, Any]] = (-1, "DROP", {})
+_DROP: tuple[int, str, dict[str, Any], dict[str, Any] | None] = (-1, "DROP", {}, None)
 
 
 @attrs.define(kw_only=True)
@@ -93,9 +96,12 @@ class EmulatedApi(kmock.KubernetesScaffold):
     kinds: dict[tuple[str, str, str], Kind] = attrs.field(factory=dict)
     store: dict[tuple[str, str, str, str], dict[str, Any]] = attrs.field(factory=dict)  # (group, plural, ns, name)
     rv: int = 1000
-    history: collections.deque[tuple[int, str, str, dict[str, Any]]] = attrs.field(
-        factory=lambda: collections.deque(maxlen=HISTORY))  # (rv, plural, type, object)
-    watchers: list[tuple[str, asyncio.Queue[tuple[int, str, dict[str, Any]]]]] = attrs.field(factory=list)
+    # (rv, plural, type, object, the object before it when it was modified): a
+    # watch under a selector needs both (watching.py).
+    history: collections.deque[tuple[int, str, str, dict[str, Any], dict[str, Any] | None]] = attrs.field(
+        factory=lambda: collections.deque(maxlen=HISTORY))
+    watchers: list[tuple[str, asyncio.Queue[tuple[int, str, dict[str, Any], dict[str, Any] | None]]]] = attrs.field(
+        factory=list)
     faults: list[Fault] = attrs.field(factory=list)
     observers: list[Observer] = attrs.field(factory=list)
     oldest_rv: int = 0  # watches from before this are 410 Gone (expire_history)
@@ -198,7 +204,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
         self.store[key] = obj
         if key[1] == "poddisruptionbudgets":
             self.budget_keys.add(key)
-        self._emit(k.plural, event, obj)
+        self._emit(k.plural, event, obj, old)
         if k.plural in ("pods", "poddisruptionbudgets"):
             self._sync_disruption_budgets(key[2])
         return copy.deepcopy(obj)
@@ -226,7 +232,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
         self.rv += 1
         obj = copy.deepcopy(obj)
         obj["metadata"]["resourceVersion"] = str(self.rv)
-        self._emit(k.plural, "DELETED", obj)
+        self._emit(k.plural, "DELETED", obj, obj)
         if k.plural in ("pods", "poddisruptionbudgets"):
             self._sync_disruption_budgets(key[2])
         return obj
@@ -250,12 +256,13 @@ class EmulatedApi(kmock.KubernetesScaffold):
         finally:
             self._syncing = False
 
-    def _emit(self, plural: str, event: str, obj: dict[str, Any]) -> None:
+    def _emit(self, plural: str, event: str, obj: dict[str, Any], prev: dict[str, Any] | None) -> None:
         snapshot = copy.deepcopy(obj)
-        self.history.append((self.rv, plural, event, snapshot))
+        before = snapshot if prev is obj else copy.deepcopy(prev) if prev is not None else None
+        self.history.append((self.rv, plural, event, snapshot, before))
         for p, q in self.watchers:
             if p == plural:
-                q.put_nowait((self.rv, event, snapshot))
+                q.put_nowait((self.rv, event, snapshot, before))
         for observe in self.observers:
             observe(plural, event, snapshot)
         self.changed.set()
