@@ -63,3 +63,23 @@ async def test_budgets_are_listed_once_per_cycle_and_a_users_namesake_is_left_al
         assert ours["spec"]["minAvailable"] == 6 - spec.pdb.max_unavailable
     theirs = api.get("poddisruptionbudgets", "ns", budgets.pdb_name("rc", "c"))
     assert theirs is not None and theirs["spec"] == users["spec"] and theirs["metadata"]["labels"] == {"team": "ml"}
+
+
+async def test_only_the_budgets_named_for_the_guards_groups_are_held() -> None:
+    """Anyone may label budgets as MemoryGuard's: those not named for the
+    selected clusters' groups are read past, not kept."""
+    api = EmulatedApi()
+    for i in range(5):
+        api.put("poddisruptionbudgets", {"metadata": {"name": f"planted-{i}", "namespace": "ns",
+                                                      "labels": dict(budgets.MANAGED_BY)},
+                                         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"a": "b"}}}})
+    api.put("poddisruptionbudgets", {"metadata": {"name": budgets.pdb_name("rc", "a"), "namespace": "ns",
+                                                  "labels": dict(budgets.MANAGED_BY)},
+                                     "spec": {"minAvailable": 1, "selector": {"matchLabels": {"a": "b"}}}})
+    async with api, EmulatorServer(api) as server:
+        kube = Kube(Credentials(server=f"http://127.0.0.1:{server.port}", token="t"), timeout_s=5)
+        try:
+            ours = await clusters.our_budgets(kube, "ns", [_rc(4)])
+        finally:
+            await kube.close()
+    assert list(ours) == [budgets.pdb_name("rc", "a")]

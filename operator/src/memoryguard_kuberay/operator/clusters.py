@@ -86,10 +86,7 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
                  clusters: Sequence[Mapping[str, Any]], report: Report) -> None:
     """The sidecar in the pod templates (when injected) and one PDB per
     guarded worker group (when enabled). Idempotent."""
-    # MemoryGuard's budgets in the namespace, read once (by their label) for every cluster.
-    ours: dict[str, dict[str, Any]] = {}
-    if spec.pdb.enabled and clusters:
-        ours = {str(p["metadata"]["name"]): p for p in await kube.list_pdbs(namespace, budgets.selector())}
+    ours = await our_budgets(kube, namespace, clusters) if spec.pdb.enabled and clusters else {}
     for rc in clusters:
         name = rc["metadata"]["name"]
         if spec.sidecar.inject:
@@ -103,6 +100,23 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
                     await report(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}", also=[rc])
         if spec.pdb.enabled:
             await keep_budgets(kube, namespace=namespace, guard=guard, spec=spec, rc=rc, ours=ours)
+
+
+async def our_budgets(kube: Kube, namespace: str,
+                      clusters: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """MemoryGuard's budgets for these clusters' worker groups, by name, read
+    with one label-selected LIST (in pages). Anyone who may create budgets in
+    the namespace can put MemoryGuard's label on more: only those named for
+    these groups are kept."""
+    names = {budgets.pdb_name(rc["metadata"]["name"], group)
+             for rc in clusters for group, _, _ in patches.templates(rc, include_head=False)}
+    ours: dict[str, dict[str, Any]] = {}
+    async for items, _rv in kube.pdb_pages(namespace, budgets.selector()):
+        for pdb in items:
+            name = (pdb.get("metadata") or {}).get("name") if isinstance(pdb, dict) else None
+            if name in names:
+                ours[name] = pdb
+    return ours
 
 
 async def keep_budgets(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec,

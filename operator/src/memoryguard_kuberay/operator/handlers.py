@@ -110,9 +110,8 @@ async def removed(spec: kopf.Spec, namespace: str | None, name: str | None, body
     except SpecError:
         return
     selected = await clusters.select(ctx.kube, namespace=ns, guard=body, spec=gs, trust=ctx.trust)
-    ours: set[str] = set()  # MemoryGuard's budgets (a user's of the same name stay)
-    if gs.pdb.enabled:
-        ours = {p["metadata"]["name"] for p in await ctx.kube.list_pdbs(ns, budgets.selector())}
+    # MemoryGuard's budgets (a user's of the same name stay).
+    ours = await clusters.our_budgets(ctx.kube, ns, selected.clusters) if gs.pdb.enabled else {}
     for rc in selected.clusters:
         if gs.sidecar.inject:
             ops = patches.uninject_patch(rc)

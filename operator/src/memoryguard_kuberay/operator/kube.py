@@ -198,6 +198,13 @@ class Kube:
             if not isinstance(token, str):
                 return
 
+    async def list_all(self, path: str, params: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Every item of a LIST, read in pages: for reads whose whole answer is wanted."""
+        out: list[dict[str, Any]] = []
+        async for items, _rv in self.list_pages(path, params):
+            out += items
+        return out
+
     async def watch(self, path: str, params: Mapping[str, str], *, timeout_s: int,
                     opened: Callable[[], None] | None = None) -> AsyncGenerator[dict[str, Any], None]:
         """A WATCH: each event ``{"type", "object"}`` as it comes, until the
@@ -239,10 +246,7 @@ class Kube:
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         """Every pod the selector matches (read in pages). The guards read
         pods from the cache (podcache.py); this is for rare whole reads."""
-        out: list[dict[str, Any]] = []
-        async for items, _rv in self.list_pages(pod_path(namespace), {"labelSelector": label_selector}):
-            out += items
-        return out
+        return await self.list_all(pod_path(namespace), {"labelSelector": label_selector})
 
     async def list_rayclusters(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         params = {"labelSelector": label_selector} if label_selector else None
@@ -294,11 +298,8 @@ class Kube:
                 return None
             raise
 
-    async def list_pdbs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        async for items, _rv in self.list_pages(_path(PDBS, namespace), {"labelSelector": label_selector}):
-            out += items
-        return out
+    def pdb_pages(self, namespace: str, label_selector: str) -> AsyncGenerator[tuple[list[Any], str], None]:
+        return self.list_pages(_path(PDBS, namespace), {"labelSelector": label_selector})
 
     async def create_pdb(self, namespace: str, body: Mapping[str, Any]) -> None:
         await self.request("POST", _path(PDBS, namespace), json=dict(body))
@@ -313,11 +314,7 @@ class Kube:
     async def list_configmaps(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         """The matching ConfigMaps whole (for ``memoryguard-kuberay forensics``,
         which prints them; the operator reads only their metadata)."""
-        out: list[dict[str, Any]] = []
-        async for items, _rv in self.list_pages(f"/api/v1/namespaces/{namespace}/configmaps",
-                                                {"labelSelector": label_selector}):
-            out += items
-        return out
+        return await self.list_all(f"/api/v1/namespaces/{namespace}/configmaps", {"labelSelector": label_selector})
 
     def configmap_metadata(self, namespace: str, label_selector: str) -> AsyncGenerator[tuple[list[Any], str], None]:
         """Pages of the matching ConfigMaps' metadata (their data, up to 1 MiB
