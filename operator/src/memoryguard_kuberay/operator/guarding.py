@@ -42,7 +42,7 @@ from memoryguard_kuberay.operator.trust import Trust
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})
-POLL_CONCURRENCY = 64  # one guard's polls at once
+POLL_CONCURRENCY = 64  # one namespace's polls at once (every guard there together)
 POD_CONNECTIONS = 256  # every guard's polls at once
 POD_WAIT_S = 10.0  # a guard's first cycle waits this long for its namespace's pods to be listed
 MIN_PAUSE_S = 0.5  # operator clock: the least pause between two cycles of one guard
@@ -63,6 +63,9 @@ class OperatorContext:
     ray_forensics: bool = True  # Ray's GCS is reachable (MEMORYGUARD_DRAIN): list objects by call site
     # Connections to pods at once, across every guard: each is a descriptor.
     pod_slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(POD_CONNECTIONS))
+    # And per namespace (a tenant): pods that hang, however many guards poll
+    # them, hold at most POLL_CONCURRENCY of the POD_CONNECTIONS.
+    namespace_slots: dict[str, asyncio.Semaphore] = dataclasses.field(default_factory=dict)
     probe_slots: asyncio.Semaphore = dataclasses.field(
         default_factory=lambda: asyncio.Semaphore(forensics.MAX_PROBES))  # rayprobe processes at once
 
@@ -299,7 +302,7 @@ class GuardReconciler:
         for uid in list(self.tracks):
             if uid not in live:
                 del self.tracks[uid]
-        sem = asyncio.Semaphore(POLL_CONCURRENCY)
+        sem = self.ctx.namespace_slots.setdefault(self.namespace, asyncio.Semaphore(POLL_CONCURRENCY))
         wanting: list[tuple[pi.PodInfo, PodState]] = []
         views: dict[str, st.PodView] = {}
 
