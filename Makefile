@@ -59,6 +59,7 @@ bench-sidecar: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/python -m memoryguard_kuberay.operator.crd > crds/memoryguard.io_memoryguards.yaml
+	cp crds/memoryguard.io_memoryguards.yaml charts/memoryguard/crds/
 
 bench-hostile: $(STAMP)
 	$(BIN)/python benchmarks/hostile_answers.py

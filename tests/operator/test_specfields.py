@@ -63,7 +63,8 @@ def _probes(f: specfields.Field) -> list[Any]:
     if f.kind is k.STRING:
         return [*(f.choices or []), "sometimes", "bad value; rm -rf /", "/ok/path", "a:b", "10m", "x" * 300]
     if f.kind is k.STRINGS:
-        return [["rc"], ["/data/spill"], [], ["Bad_Name"], ["/tmp/../../etc"], ["/etc"], ["relative"], "rc"]
+        return [["rc"], ["/data/spill"], [], ["Bad_Name"], ["/tmp/../../etc"], ["/etc"], ["relative"], "rc",
+                ["/var/lib/docker"], ["/var/log/ray"], ["/" + "x" * 300], ["w" * 64], ["w" * 2**20]]
     return [{"app": "x"}, {"a!": ""}, {"app": "x,y"}, {}]
 
 
@@ -116,3 +117,43 @@ def test_the_docs_settings_table_is_generated() -> None:
         "<!-- settings table: generated, do not edit -->\n")
     end = doc.index("<!-- end of the settings table -->")
     assert doc[start:end] == specfields.settings_table(), "run: python -m memoryguard_kuberay.operator.specfields"
+
+
+def _unbounded(node: dict[str, Any], where: str) -> list[str]:
+    """Strings without maxLength, lists without maxItems, maps without
+    maxProperties, below ``node``."""
+    out = []
+    t = node.get("type")
+    if t == "string" and "maxLength" not in node:
+        out.append(where)
+    if t == "array":
+        if "maxItems" not in node:
+            out.append(where)
+        out += _unbounded(node["items"], where + "[]")
+    if t == "object":
+        if isinstance(node.get("additionalProperties"), dict):
+            if "maxProperties" not in node:
+                out.append(where)
+            out += _unbounded(node["additionalProperties"], where + "{}")
+        for name, sub in node.get("properties", {}).items():
+            out += _unbounded(sub, f"{where}.{name}")
+    return out
+
+
+def test_every_string_and_list_of_the_spec_is_bounded() -> None:
+    # A real API server estimates a CEL rule's cost from these bounds and
+    # refuses the CRD when one is missing (issue 22); a guard's author may
+    # send a megabyte in any unbounded field (issue 24).
+    assert _unbounded(OPENAPI["properties"]["spec"], "spec") == []
+
+
+@pytest.mark.parametrize("spec, says", [
+    (_with("sampling.sidecarPort", 22), "sidecarPort: 22 is outside [1024, 65535]"),
+    (_with("workerGroups", ["w" * 2**20]), "workerGroups must be a list of worker group names"),
+    (_with("remediation.spilling.directories", ["/var/lib/docker"]), "may not be a system directory"),
+])
+def test_hostile_values_are_refused_with_a_reason(spec: dict[str, Any], says: str) -> None:
+    with pytest.raises(SpecError) as e:
+        read_guard_spec(spec)
+    assert any(says in p for p in e.value.problems), e.value.problems
+    assert not _crd_accepts(spec)

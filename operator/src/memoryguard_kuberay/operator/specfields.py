@@ -56,6 +56,16 @@ class Field:
     problem: str = ""  # how the reader refuses a value of the wrong shape
     rules: tuple[Rule, ...] = ()
 
+    def __post_init__(self) -> None:
+        # A real API server costs a CEL rule over a string with no maxLength
+        # (a list with no maxItems) as if it were as long as a whole request,
+        # and refuses the CRD; and a guard's author may send a megabyte in any
+        # field. So every string and every list of the table is bounded.
+        if self.kind in (Kind.STRING, Kind.STRINGS, Kind.LABELS) and self.max_length is None:
+            raise ValueError(f"spec.{self.path}: a string field needs max_length")
+        if self.kind in (Kind.STRINGS, Kind.LABELS) and self.max_items is None:
+            raise ValueError(f"spec.{self.path}: a list or map field needs max_items")
+
 
 @dataclasses.dataclass(frozen=True)
 class ObjectRule:
@@ -94,6 +104,7 @@ QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$"
 LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
              r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+GROUP_NAME = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"  # a non-empty label value
 
 _RESERVED = ", ".join(str(p) for p in sorted(tr.RESERVED_PORTS))
 NOT_RESERVED = Rule(f"!(self in [{_RESERVED}])",
@@ -135,14 +146,17 @@ SECTION_DOCS: dict[str, str] = {
 
 FIELDS: tuple[Field, ...] = (
     Field("clusterSelector.names", Kind.STRINGS, None, "RayClusters to guard, by name.", pattern=DNS_LABEL,
-          max_items=100, problem="must be a list of RayCluster names"),
+          max_items=100, max_length=63, problem="must be a list of RayCluster names"),
     Field("clusterSelector.matchLabels", Kind.LABELS, None, "RayClusters to guard, by label.",
           pattern=LABEL_VALUE, max_items=32, max_length=63, rules=(LABEL_KEYS,),
           problem="must map label keys to label values"),
-    Field("workerGroups", Kind.STRINGS, None, "Worker groups to guard (empty: all).", pattern=r"^.+$",
-          max_items=100, problem="must be a list of worker group names"),
+    # KubeRay labels each pod with its group's name (ray.io/group): a label value.
+    Field("workerGroups", Kind.STRINGS, None, "Worker groups to guard (empty: all).", pattern=GROUP_NAME,
+          max_items=100, max_length=63, problem="must be a list of worker group names (label values, at most 63 "
+                                                "characters)"),
     Field("sampling.intervalSeconds", Kind.INT, 15, "How often each pod's sidecar is polled.", "s", 1, 3600),
-    Field("sampling.sidecarPort", Kind.INT, 9108, "The sidecar's port on the pod IP.", "port", 1, 65535,
+    # Below 1024: the well-known ports (ssh, ...), a host's and never a sidecar's.
+    Field("sampling.sidecarPort", Kind.INT, 9108, "The sidecar's port on the pod IP.", "port", 1024, 65535,
           rules=(NOT_RESERVED,)),
     Field("sampling.timeoutSeconds", Kind.NUMBER, 5, "Timeout of one poll (all its pages).", "s", 0.1, 60),
     Field("rotation.replacementTimeoutSeconds", Kind.INT, 900,
@@ -157,24 +171,24 @@ FIELDS: tuple[Field, ...] = (
     Field("rotation.podDisruptionBudget.maxUnavailable", Kind.INT, 1, "Pods of a group that may be disrupted at "
           "once (the budget's minAvailable is the group's desired pods less this).", "pods", 1, 100),
     Field("remediation.jemalloc.mode", Kind.STRING, Mode.OFF.value, f"{_MODE_DOC} (LD_PRELOAD, MALLOC_CONF).",
-          choices=MODES, problem="must be one of off, recommend, auto"),
+          choices=MODES, max_length=16, problem="must be one of off, recommend, auto"),
     Field("remediation.jemalloc.libraryPath", Kind.STRING, DEFAULT_JEMALLOC_PATH,
           "The jemalloc library to LD_PRELOAD (the operator allows only its installer's list).", pattern=SAFE_PATH,
-          problem="must be an absolute path of letters, digits, '.', '_', '-', '+' and '/'"),
+          max_length=256, problem="must be an absolute path of letters, digits, '.', '_', '-', '+' and '/'"),
     Field("remediation.jemalloc.mallocConf", Kind.STRING, DEFAULT_MALLOC_CONF, "MALLOC_CONF for jemalloc.",
-          pattern=SAFE_MALLOC_CONF, problem="must look like 'key:value,key:value'"),
+          pattern=SAFE_MALLOC_CONF, max_length=512, problem="must look like 'key:value,key:value'"),
     Field("remediation.spilling.mode", Kind.STRING, Mode.OFF.value, f"{_MODE_DOC} (RAY_object_spilling_* env).",
-          choices=MODES, problem="must be one of off, recommend, auto"),
+          choices=MODES, max_length=16, problem="must be one of off, recommend, auto"),
     Field("remediation.spilling.thresholdPercent", Kind.INT, 80, "Spill when the store is this full.", "percent",
           1, 100),
     Field("remediation.spilling.minSpillingSizeBytes", Kind.INT, 100 * 1024 * 1024, "Smallest batch to spill.",
           "bytes", 0, 2**40),
     Field("remediation.spilling.directories", Kind.STRINGS, ["/tmp/ray-spill"], "Where to spill.",
-          pattern=SAFE_PATH, min_items=1, max_items=16, rules=(NO_PARENT, NO_SYSTEM_DIR),
+          pattern=SAFE_PATH, min_items=1, max_items=16, max_length=256, rules=(NO_PARENT, NO_SYSTEM_DIR),
           problem="must be a non-empty list of absolute paths"),
     Field("remediation.callSites.mode", Kind.STRING, Mode.OFF.value, f"{_MODE_DOC} "
           "(RAY_record_ref_creation_sites=1, advised when the evidence of a rotation found no call sites).",
-          choices=MODES, problem="must be one of off, recommend, auto"),
+          choices=MODES, max_length=16, problem="must be one of off, recommend, auto"),
     Field("forensics.enabled", Kind.BOOL, True, "Keep the evidence of what leaked before each rotation.",
           problem="must be true or false"),
     Field("forensics.timeoutSeconds", Kind.INT, 30, "Time given to collect it; the rotation waits at most this "
@@ -188,11 +202,11 @@ FIELDS: tuple[Field, ...] = (
           problem="is not a valid image reference"),
     Field("sidecar.port", Kind.INT, 9108, "The sidecar's port.", "port", 1024, 65535, rules=(NOT_RESERVED,)),
     Field("sidecar.resources.cpuRequest", Kind.STRING, "10m", "CPU request (at most 1).", "quantity",
-          pattern=QUANTITY, problem="is not a quantity"),
+          pattern=QUANTITY, max_length=32, problem="is not a quantity"),
     Field("sidecar.resources.memoryRequest", Kind.STRING, "32Mi", "Memory request (at most the limit).",
-          "quantity", pattern=QUANTITY, problem="is not a quantity"),
+          "quantity", pattern=QUANTITY, max_length=32, problem="is not a quantity"),
     Field("sidecar.resources.memoryLimit", Kind.STRING, "64Mi", "Memory limit (at most 512Mi).", "quantity",
-          pattern=QUANTITY, problem="is not a quantity"),
+          pattern=QUANTITY, max_length=32, problem="is not a quantity"),
 )
 
 OBJECT_RULES: tuple[ObjectRule, ...] = (
@@ -217,7 +231,7 @@ def _prop(f: Field) -> dict[str, Any]:
     desc = f"{f.doc} Unit: {f.unit}." if f.unit != "-" else f.doc
     prop: dict[str, Any]
     if f.kind is Kind.STRINGS:
-        item: dict[str, Any] = {"type": "string"}
+        item: dict[str, Any] = {"type": "string", "maxLength": f.max_length}
         if f.pattern:
             item["pattern"] = f.pattern
         if f.rules:
@@ -281,6 +295,13 @@ def schema_into(spec: dict[str, Any]) -> None:
 
 
 # -- the reader -------------------------------------------------------------------------
+def _fits(f: Field, text: str) -> bool:
+    """Within the field's length (checked first: a pattern is never run on a
+    megabyte) and its pattern."""
+    return (f.max_length is None or len(text) <= f.max_length) and (
+        not f.pattern or re.match(f.pattern, text) is not None)
+
+
 def _value(f: Field, raw: Any) -> tuple[Any, str | None]:
     """The value, or the reason it is refused."""
     k = f.kind
@@ -295,17 +316,14 @@ def _value(f: Field, raw: Any) -> tuple[Any, str | None]:
             return None, f": {raw} is outside [{f.minimum:g}, {f.maximum:g}]"
         return (int(raw) if k is Kind.INT else float(raw)), None
     if k is Kind.STRING:
-        ok = isinstance(raw, str) and (not f.pattern or re.match(f.pattern, raw) is not None) and (
-            f.max_length is None or len(raw) <= f.max_length) and (not f.choices or raw in f.choices)
+        ok = isinstance(raw, str) and _fits(f, raw) and (not f.choices or raw in f.choices)
         return (raw, None) if ok else (None, f.problem or "is not a valid value")
     if k is Kind.STRINGS:
-        ok = isinstance(raw, list) and all(isinstance(x, str) and (not f.pattern or re.match(f.pattern, x))
-                                           for x in raw)
+        ok = isinstance(raw, list) and all(isinstance(x, str) and _fits(f, x) for x in raw)
         ok = ok and (f.min_items is None or len(raw) >= f.min_items) and (
             f.max_items is None or len(raw) <= f.max_items)
         return (tuple(raw), None) if ok else (None, f.problem or "is not a list of valid strings")
-    ok = isinstance(raw, Mapping) and all(isinstance(v, str) and (not f.pattern or re.match(f.pattern, v))
-                                          for v in raw.values())
+    ok = isinstance(raw, Mapping) and all(isinstance(v, str) and _fits(f, v) for v in raw.values())
     ok = ok and (f.max_items is None or len(raw) <= f.max_items)
     return (dict(raw), None) if ok else (None, f.problem or "is not a map of label keys to values")
 

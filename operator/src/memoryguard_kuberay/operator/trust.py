@@ -35,8 +35,11 @@ RESERVED_PORTS: dict[int, str] = {
     44227: "Ray dashboard metrics", 10250: "kubelet", 10255: "kubelet (read-only)", 10256: "kube-proxy health",
 }
 # Spilling there would write into (or over) the system: refused.
+# /var/lib holds the container runtime's and the kubelet's state (docker,
+# containerd, kubelet), /var/log the node's logs: a hostPath spill there
+# fills or overwrites the node's own files.
 SYSTEM_DIRS = ("etc", "dev", "proc", "sys", "bin", "sbin", "usr", "lib", "lib32", "lib64", "boot", "root", "run",
-               "var/run", "var/lib/kubelet", "dev/shm")
+               "var/run", "var/lib", "var/log", "var/cache", "var/spool", "var/lock", "dev/shm")
 SYSTEM_DIR_REGEX = "^/(" + "|".join(re.escape(d) for d in SYSTEM_DIRS) + ")(/|$)|^/+$"
 PARENT_REGEX = r"(^|/)\.\.(/|$)"
 DEFAULT_JEMALLOC_PATHS = (
