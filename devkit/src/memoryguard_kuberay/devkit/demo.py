@@ -46,6 +46,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return a
 
 
+class DemoFailed(RuntimeError):
+    """The demo could not show what it is for; the message says why."""
+
+
 class Demo:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -121,6 +125,7 @@ class Demo:
                 await w.start_operator()
                 tty = sys.stdout.isatty() and not a.json
                 while w.clock() - w.epoch < story_end:
+                    self.refuse_pods_that_cannot_serve(w)
                     self.collect_events(w)
                     if tty:
                         sys.stdout.write("\x1b[H\x1b[2J" + self.screen(w, story_end) + "\n")
@@ -132,6 +137,18 @@ class Demo:
                 if a.plot:
                     self.plot(w, a.plot)
             return summary
+
+    @staticmethod
+    def refuse_pods_that_cannot_serve(w: World) -> None:
+        """A pod whose sidecar never answered (its address taken, say) would
+        make a demo that catches nothing and looks fine: stop it, saying why."""
+        failed = [p["metadata"]["name"] for p in w.pods() if (p.get("status") or {}).get("phase") == "Failed"]
+        if failed:
+            name = failed[0]
+            log = (w.workdir / f"sidecar-{name}.log")
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+            raise DemoFailed(f"{len(failed)} pod(s) could not serve their samples ({', '.join(failed[:3])}); "
+                             f"{name}'s sidecar said: {' / '.join(tail) or 'nothing'}")
 
     def latest_evidence(self, w: World) -> str:
         """The evidence the operator kept before its latest rotation, as
@@ -228,9 +245,13 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("\ndemo interrupted; every process it started has been stopped", file=sys.stderr)
         return 130
+    except DemoFailed as e:
+        print(f"demo failed: {e}", file=sys.stderr)
+        return 1
+    missed = summary["leaks"] - summary["caught"]
     if args.json:
         print(json.dumps(summary))
-        return 0
+        return 1 if missed else 0
     if sys.stdout.isatty():
         sys.stdout.write("\x1b[H\x1b[2J")
     print("\n".join(demo.log))
@@ -245,4 +266,8 @@ def main(argv: list[str]) -> int:
         print(demo.evidence, end="")
     with contextlib.suppress(Exception):
         sys.stdout.flush()
+    if missed:
+        print(f"demo failed: {missed} of {summary['leaks']} leaking worker(s) were not caught before their OOM",
+              file=sys.stderr)
+        return 1
     return 0

@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from . import loopback
 from .api import EmulatedApi
 from .wire import now_iso
 
@@ -53,7 +54,8 @@ class KubeRayStandIn:
     start_pod: StartPod
     namespace: str = "default"
     replace_delay_s: float | None = 0.2
-    ip_prefix: str = "127.1"  # pods get <prefix>.x.y
+    # pods get <prefix>.x.y: a block no other run on this machine uses
+    ip_prefix: str = dataclasses.field(default_factory=loopback.claim_block)
     next_ip: itertools.count = dataclasses.field(default_factory=lambda: itertools.count(2))  # type: ignore[type-arg]
     procs: dict[str, PodProcess] = dataclasses.field(default_factory=dict)  # pod uid -> process
     created: list[str] = dataclasses.field(default_factory=list)  # pod names, in creation order
@@ -63,7 +65,7 @@ class KubeRayStandIn:
     node_name: str = "emulated-node-1"
 
     def ip(self) -> str:
-        """A distinct loopback address per pod: 127.1.0.2, 127.1.0.3, ..."""
+        """A distinct loopback address per pod: 127.X.0.2, 127.X.0.3, ..."""
         n = next(self.next_ip)
         return f"{self.ip_prefix}.{n // 250}.{n % 250 + 2}"
 
