@@ -14,8 +14,10 @@ import copy
 import dataclasses
 from typing import Any
 
-from memoryguard_kuberay.core.settings import _PERCENT_ATTRS, SETTINGS_TABLE
+from memoryguard_kuberay.core.settings import _PERCENT_ATTRS, CROSS_RULES, SETTINGS_TABLE
 from memoryguard_kuberay.operator import specfields, trust
+
+from .devworld import ROOT
 
 BASE: dict[str, Any] = {"clusterSelector": {"names": ["rc"]}}
 # The chart's defaults, as the operator runs with them.
@@ -54,6 +56,15 @@ class Row:
     id: str
     spec: dict[str, Any]
     why: str = ""  # set: the server may accept what the operator refuses, and why
+    server_refuses: str = ""  # set: the server refuses what the reader accepts, and why
+
+
+# Fields a CEL rule reads: a real server hands CEL the value as decoded, so
+# an integer field written 1800.0 is a double there, and the rule fails
+# ("expected int, got float64"); a field no rule reads is stored as 1800.
+_CEL_TEXT = " ".join([r.cel for r in CROSS_RULES] + [r.cel for r in specfields.OBJECT_RULES])
+WHOLE_FLOAT_IN_CEL = ("an integer field written with a decimal point (1800.0) and read by a CEL rule: the server's "
+                      "CEL refuses it ('expected int, got float64'); the reader takes it as 1800")
 
 
 def _field_row(path: str, value: Any) -> Row:
@@ -73,7 +84,8 @@ def _policy_rows() -> list[Row]:
         values: list[Any] = [True, False, "x"] if s.kind is bool else [
             v * scale for v in (s.minimum, s.maximum) if v is not None] + [
             v * scale * f for v in (s.minimum, s.maximum) if v for f in (0.5, 2)] + ["x", 0]
-        rows += [Row(f"{where}={str(v)[:20]}", with_value(where, v)) for v in values]
+        rows += [Row(f"{where}={str(v)[:20]}", with_value(where, v), server_refuses=WHOLE_FLOAT_IN_CEL if (
+            s.kind is int and isinstance(v, float) and s.name in _CEL_TEXT) else "") for v in values]
     return rows
 
 

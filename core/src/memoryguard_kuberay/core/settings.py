@@ -202,21 +202,24 @@ class CrossRule:
     holds: Callable[[PolicySettings], bool]
 
 
+# A real API server hands CEL an int for 1800 and a double for 1800.0, and
+# refuses a comparison of the two ("expected int, got float64"): every
+# number is compared as a double.
 CROSS_RULES: tuple[CrossRule, ...] = (
     CrossRule("!has(self.trendMinSpanSeconds) || !has(self.trendWindowSeconds) || "
-              "self.trendMinSpanSeconds <= self.trendWindowSeconds",
+              "double(self.trendMinSpanSeconds) <= double(self.trendWindowSeconds)",
               "trendMinSpanSeconds must not exceed trendWindowSeconds",
               lambda s: s.trend_min_span_s <= s.trend_window_s),
     CrossRule("!has(self.trendBucketSeconds) || !has(self.trendMinSpanSeconds) || "
-              "self.trendBucketSeconds * 6 <= self.trendMinSpanSeconds",
+              "double(self.trendBucketSeconds) * 6.0 <= double(self.trendMinSpanSeconds)",
               "trendMinSpanSeconds must hold at least 6 trend buckets (trendBucketSeconds)",
               lambda s: s.trend_bucket_s * 6 <= s.trend_min_span_s),
     CrossRule("!has(self.rapidMinSpanSeconds) || !has(self.rapidWindowSeconds) || "
-              "self.rapidMinSpanSeconds <= self.rapidWindowSeconds",
+              "double(self.rapidMinSpanSeconds) <= double(self.rapidWindowSeconds)",
               "rapidMinSpanSeconds must not exceed rapidWindowSeconds",
               lambda s: s.rapid_min_span_s <= s.rapid_window_s),
     CrossRule("!has(self.hysteresisPercent) || !has(self.criticalPercent) || "
-              "self.hysteresisPercent < self.criticalPercent",
+              "double(self.hysteresisPercent) < double(self.criticalPercent)",
               "hysteresisPercent must be below criticalPercent",
               lambda s: s.hysteresis_fraction < s.critical_fraction),
 )

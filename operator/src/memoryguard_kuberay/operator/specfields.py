@@ -219,7 +219,7 @@ OBJECT_RULES: tuple[ObjectRule, ...] = (
                "sidecar.port and sampling.sidecarPort must agree when the sidecar is injected",
                lambda v, p: not v.get("sidecar.inject") or v.get("sidecar.port") == v.get("sampling.sidecarPort")),
     ObjectRule("", "!has(self.sampling) || !has(self.policy) || "
-                   "self.sampling.intervalSeconds < self.policy.staleAfterSeconds",
+                   "double(self.sampling.intervalSeconds) < double(self.policy.staleAfterSeconds)",
                "sampling.intervalSeconds must be shorter than policy.staleAfterSeconds, or every sample would be "
                "stale",
                lambda v, p: float(v.get("sampling.intervalSeconds") or 0) < p.stale_after_s),

@@ -1,0 +1,55 @@
+"""The CRD's admission on a real kube-apiserver (issue 22, 2): every spec of
+the shared table (tests/spectable.py) sent with ``dryRun=All`` and
+``fieldValidation=Strict`` (as kubectl sends it); the server and the
+operator's reader agree on each, or the row says why they may not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memoryguard_kuberay.operator import crd
+from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
+
+from .. import spectable
+from .controlplane import ControlPlane
+
+PATH = f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/mg-admission/{crd.PLURAL}"
+
+
+def _reader(spec: dict[str, Any], trusted: bool) -> bool:
+    try:
+        read_guard_spec(spec, trust=spectable.CHART_TRUST if trusted else None)
+    except SpecError:
+        return False
+    return True
+
+
+def test_the_server_and_the_reader_agree_on_every_row(real: ControlPlane) -> None:
+    api = real.admin()
+    real.kubectl("apply", "--server-side", "-f", str(spectable.ROOT / "crds" / "memoryguard.io_memoryguards.yaml"))
+    real.kubectl("wait", "--for=condition=Established", f"crd/{crd.PLURAL}.{crd.GROUP}", "--timeout=60s")
+    if api.get("/api/v1/namespaces/mg-admission") is None:
+        api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "mg-admission"}})
+    disagree, counted = [], {"accepted": 0, "refused": 0, "operator only": 0,
+                                                 "server only": 0}
+    for row in spectable.ROWS:
+        body = {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": crd.KIND,
+                "metadata": {"name": "probe"}, "spec": row.spec}
+        status, doc, _ = api.call("POST", PATH, body, params={"dryRun": "All", "fieldValidation": "Strict"})
+        assert status in (201, 400, 422), (row.id, status, doc)
+        server = status == 201
+        if row.server_refuses:
+            ok = not server  # whatever the reader says
+            counted["server only"] += 1
+        elif row.why:
+            # Limits only the operator can judge: the server admits, the operator refuses.
+            ok = server and not _reader(row.spec, trusted=True)
+            counted["operator only"] += 1
+        else:
+            ok = server == _reader(row.spec, trusted=False)
+            counted["accepted" if server else "refused"] += 1
+        if not ok:
+            disagree.append((row.id, status, (doc or {}).get("message", "")[:300] if isinstance(doc, dict) else doc))
+    print(f"\nadmission table on the real server: {len(spectable.ROWS)} rows, {counted}")
+    assert disagree == [], "\n".join(map(str, disagree))
+    assert counted["accepted"] > 20 and counted["refused"] > 50  # the table probes both sides

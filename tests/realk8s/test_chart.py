@@ -1,0 +1,93 @@
+"""The chart on a real kube-apiserver 1.36.2 (issue 22, 1): ``helm install``
+with its defaults and with every optional object, ``helm upgrade`` to the
+same chart, the CRD Established; printer columns and defaults as a user
+sees them through kubectl."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from memoryguard_kuberay.operator import crd
+from memoryguard_kuberay.operator.guardspec import read_guard_spec
+
+from ..devworld import ROOT
+from .controlplane import ControlPlane
+
+CHART = str(ROOT / "charts" / "memoryguard")
+CRD_NAME = f"{crd.PLURAL}.{crd.GROUP}"
+# The Prometheus Operator's kinds, as stand-in CRDs that keep any field: its
+# own CRDs are not on this machine. What is checked is the chart's side:
+# that it renders these objects where the API serves them and that the
+# server stores them.
+MONITORING = [("servicemonitors", "ServiceMonitor"), ("prometheusrules", "PrometheusRule")]
+
+
+def _stand_in_crd(plural: str, kind: str) -> dict[str, Any]:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+            "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                     "names": {"plural": plural, "kind": kind, "singular": kind.lower()},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+def _established(real: ControlPlane, name: str) -> bool:
+    doc = real.admin().get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") or {}
+    return any(c["type"] == "Established" and c["status"] == "True"
+               for c in (doc.get("status") or {}).get("conditions") or [])
+
+
+def test_install_with_defaults_then_upgrade(real: ControlPlane) -> None:
+    real.helm("install", "mg-defaults", CHART, "-n", "mg-defaults", "--create-namespace")
+    assert _established(real, CRD_NAME)
+    # The CRD the server holds is the one the generator makes (nothing refused, nothing dropped).
+    held = real.admin().get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
+    assert held["spec"]["versions"][0]["schema"] == crd.crd()["spec"]["versions"][0]["schema"]
+    out = real.helm("upgrade", "mg-defaults", CHART, "-n", "mg-defaults")
+    assert "REVISION: 2" in out.stdout and "STATUS: deployed" in out.stdout, out.stdout
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(
+        real.helm("get", "manifest", "mg-defaults", "-n", "mg-defaults").stdout) if d}
+    for kind, name in kinds:
+        args = ["get", kind, name, "-o", "name"] + ([] if kind.startswith("Cluster") else ["-n", "mg-defaults"])
+        assert real.kubectl(*args).stdout.strip(), (kind, name)
+
+
+def test_install_with_every_optional_object(real: ControlPlane) -> None:
+    api = real.admin()
+    for plural, kind in MONITORING:
+        api.ok("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", _stand_in_crd(plural, kind))
+    for plural, _ in MONITORING:
+        real.kubectl("wait", "--for=condition=Established", f"crd/{plural}.monitoring.coreos.com", "--timeout=60s")
+    # The chart puts Roles and NetworkPolicies into the watched namespaces:
+    # they must exist first (the server answers 404 and the install fails).
+    api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "ray-a"}})
+    real.helm("install", "mg-all", CHART, "-n", "mg-all", "--create-namespace",
+              "-f", str(ROOT / "examples" / "values" / "prometheus-operator.yaml"),
+              "--set", "watchNamespaces={ray-a}", "--set", "networkPolicy.enabled=true")
+    manifest = [d for d in yaml.safe_load_all(real.helm("get", "manifest", "mg-all", "-n", "mg-all").stdout) if d]
+    kinds = {d["kind"] for d in manifest}
+    assert {"ServiceMonitor", "PrometheusRule", "ConfigMap", "NetworkPolicy", "Role", "RoleBinding"} <= kinds, kinds
+    for d in manifest:
+        ns = d["metadata"].get("namespace")
+        args = ["get", d["kind"], d["metadata"]["name"], "-o", "name"] + (["-n", ns] if ns else [])
+        assert real.kubectl(*args).stdout.strip(), d["kind"]
+    out = real.helm("upgrade", "mg-all", CHART, "-n", "mg-all", "--reuse-values")
+    assert "STATUS: deployed" in out.stdout
+
+
+def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tmp_path: Any) -> None:
+    real.kubectl("create", "namespace", "mg-columns")
+    guard = {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": crd.KIND,
+             "metadata": {"name": "g", "namespace": "mg-columns"}, "spec": {"clusterSelector": {"names": ["rc"]}}}
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(guard))
+    real.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    real.kubectl("apply", "-f", str(path))
+    header = real.kubectl("get", "mg", "-n", "mg-columns").stdout.splitlines()[0].split()
+    assert header == ["NAME", "CLUSTERS", "PODS", "AT", "RISK", "ROTATIONS", "LAST", "ACTION", "READY", "AGE"]
+    held = yaml.safe_load(real.kubectl("get", "mg", "g", "-n", "mg-columns", "-o", "yaml").stdout)
+    # The defaults the server filled in read as the reader's own defaults.
+    assert read_guard_spec(held["spec"]) == read_guard_spec(guard["spec"])
+    assert held["spec"]["sampling"] == {"intervalSeconds": 15, "sidecarPort": 9108, "timeoutSeconds": 5}
