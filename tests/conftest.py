@@ -1,6 +1,11 @@
 """Test-wide settings. Hypothesis' per-example deadline is off: on a loaded
 2-core machine a slow example is not a failure of the code under test."""
 
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 from hypothesis import settings
 
 settings.register_profile("memoryguard", deadline=None)
@@ -18,3 +23,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: igno
 
     terminalreporter.write_sep("=", "fault matrix")
     terminalreporter.write_line(render(mod.RESULTS))
+
+
+@pytest.fixture(scope="session")
+def real() -> Iterator[object]:
+    """The real control plane (tests/realk8s/controlplane.py), one per
+    session, on this run's own ports and state dir; skipped where
+    ../shared/realk8s is absent."""
+    from tests.realk8s import controlplane
+
+    if not controlplane.kit_present():
+        pytest.skip(controlplane.ABSENT)
+    home = Path(tempfile.mkdtemp(prefix="memoryguard-realk8s-"))
+    cp = controlplane.start(home, controlplane.k8s_tools())
+    try:
+        yield cp
+    finally:
+        cp.down()

@@ -17,8 +17,6 @@ from typing import Any
 from memoryguard_kuberay.core.settings import _PERCENT_ATTRS, CROSS_RULES, SETTINGS_TABLE
 from memoryguard_kuberay.operator import specfields, trust
 
-from .devworld import ROOT
-
 BASE: dict[str, Any] = {"clusterSelector": {"names": ["rc"]}}
 # The chart's defaults, as the operator runs with them.
 CHART_TRUST = trust.Trust(sidecar_images=("ghcr.io/memoryguard/memoryguard-sidecar",))

@@ -1,18 +1,14 @@
 """The real control plane tier (issue 22): one kube-apiserver,
 kube-controller-manager and etcd for the session, started here on free
 ports in a state directory of this run's own and stopped by PID at the end.
-Skipped, saying why, where ``../shared/realk8s`` is absent."""
+Skipped, saying why, where ``../shared/realk8s`` is absent. (The fixture
+``real`` is in tests/conftest.py: the contract table uses it too.)"""
 
 from __future__ import annotations
-
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from . import controlplane
-from .controlplane import ControlPlane
 
 pytestmark = pytest.mark.realk8s
 
@@ -26,11 +22,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
-def real() -> Iterator[ControlPlane]:
-    home = Path(tempfile.mkdtemp(prefix="memoryguard-realk8s-"))
-    cp = controlplane.start(home, controlplane.k8s_tools())
-    try:
-        yield cp
-    finally:
-        cp.down()

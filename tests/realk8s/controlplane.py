@@ -57,10 +57,10 @@ class Client:
 
     server: str
     token: str
-    ca: Path
+    ca: Path | None  # None: plain HTTP (the emulator)
 
     def __post_init__(self) -> None:
-        self._ctx = ssl.create_default_context(cafile=str(self.ca))
+        self._ctx = ssl.create_default_context(cafile=str(self.ca)) if self.ca else None
 
     def call(self, method: str, path: str, body: Any = None, *, params: dict[str, str] | None = None,
              ctype: str = "application/json", timeout: float = 30) -> tuple[int, Any, dict[str, str]]:
@@ -143,6 +143,17 @@ class ControlPlane:
             "contexts": [{"name": "sa", "context": {"cluster": "real", "user": name, "namespace": namespace}}]}))
         out.chmod(0o600)
         return out
+
+    def wait_established(self, crd: str, timeout: float = 60) -> None:
+        """(``kubectl wait`` fails when asked before the CRD has any status.)"""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            doc = self.admin().get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}") or {}
+            if any(c["type"] == "Established" and c["status"] == "True"
+                   for c in (doc.get("status") or {}).get("conditions") or []):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"CRD {crd} not Established after {timeout} s")
 
     def token_client(self, kubeconfig: Path) -> Client:
         doc = yaml.safe_load(kubeconfig.read_text())

@@ -11,6 +11,7 @@ from memoryguard_kuberay.operator import crd
 from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
 
 from .. import spectable
+from ..devworld import ROOT
 from .controlplane import ControlPlane
 
 PATH = f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/mg-admission/{crd.PLURAL}"
@@ -26,8 +27,8 @@ def _reader(spec: dict[str, Any], trusted: bool) -> bool:
 
 def test_the_server_and_the_reader_agree_on_every_row(real: ControlPlane) -> None:
     api = real.admin()
-    real.kubectl("apply", "--server-side", "-f", str(spectable.ROOT / "crds" / "memoryguard.io_memoryguards.yaml"))
-    real.kubectl("wait", "--for=condition=Established", f"crd/{crd.PLURAL}.{crd.GROUP}", "--timeout=60s")
+    real.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "memoryguard.io_memoryguards.yaml"))
+    real.wait_established(f"{crd.PLURAL}.{crd.GROUP}")
     if api.get("/api/v1/namespaces/mg-admission") is None:
         api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "mg-admission"}})
     disagree, counted = [], {"accepted": 0, "refused": 0, "operator only": 0,

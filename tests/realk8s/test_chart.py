@@ -59,7 +59,7 @@ def test_install_with_every_optional_object(real: ControlPlane) -> None:
     for plural, kind in MONITORING:
         api.ok("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", _stand_in_crd(plural, kind))
     for plural, _ in MONITORING:
-        real.kubectl("wait", "--for=condition=Established", f"crd/{plural}.monitoring.coreos.com", "--timeout=60s")
+        real.wait_established(f"{plural}.monitoring.coreos.com")
     # The chart puts Roles and NetworkPolicies into the watched namespaces:
     # they must exist first (the server answers 404 and the install fails).
     api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "ray-a"}})
@@ -83,7 +83,7 @@ def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tm
              "metadata": {"name": "g", "namespace": "mg-columns"}, "spec": {"clusterSelector": {"names": ["rc"]}}}
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump(guard))
-    real.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+    real.wait_established(f"{CRD_NAME}")
     real.kubectl("apply", "-f", str(path))
     header = real.kubectl("get", "mg", "-n", "mg-columns").stdout.splitlines()[0].split()
     assert header == ["NAME", "CLUSTERS", "PODS", "AT", "RISK", "ROTATIONS", "LAST", "ACTION", "READY", "AGE"]

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+import pytest
+
 from memoryguard_kuberay.sidecar import processes
 
 from ..procs import get_json, sidecar_process, wait_until
@@ -20,7 +22,7 @@ BIG = "import sys; b = bytearray(b'x' * (160 * 1024 * 1024)); print('ready', flu
 def crowd(n: int) -> Iterator[subprocess.Popen]:  # type: ignore[type-arg]
     """``n`` sleeping processes and one that holds 160 MiB of its own."""
     sleepers = [subprocess.Popen(["sleep", "120"]) for _ in range(n)]
-    big = subprocess.Popen([sys.executable, "-c", BIG, "--token=secret-" + "t" * 400], stdin=subprocess.PIPE,
+    big = subprocess.Popen([sys.executable, "-c", BIG, "--note=" + "t" * 400], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
     try:
         assert big.stdout is not None and big.stdout.readline().strip() == "ready"
@@ -75,3 +77,32 @@ def test_the_sidecar_serves_its_processes() -> None:
         wait_until(lambda: bool(get_json(url + "/v1/processes")["processes"]), 20, what="a process table")
         doc = get_json(url + "/v1/processes")
         assert any(r["pid"] == big.pid for r in doc["processes"]) and doc["took_s"] < processes.BUDGET_S + 1
+
+
+def test_secret_shaped_arguments_are_never_served() -> None:
+    # Issue 24: /v1/processes returned Ray's --redis_password and a --token verbatim.
+    secret = "s3cr3t-value-42"
+    proc = subprocess.Popen([sys.executable, "-c", BIG, "--node-ip-address=127.0.0.1", f"--redis_password={secret}",
+                             "--token", secret, f"AWS_SECRET_ACCESS_KEY={secret}"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        with sidecar_process("127.0.0.34", ["--interval", "1", "--ray-metrics-url", ""]) as url:
+            row = wait_until(lambda: next((r for r in get_json(url + "/v1/processes")["processes"]
+                                           if r["pid"] == proc.pid), None), 20, what="the process in the table")
+    finally:
+        proc.kill()
+        proc.wait()
+    assert secret not in row["cmdline"], row["cmdline"]
+    assert "--redis_password=<redacted>" in row["cmdline"] and "--node-ip-address=127.0.0.1" in row["cmdline"]
+
+
+@pytest.mark.parametrize("cmd, served", [
+    ("raylet --redis_password=x --port 6379", "raylet --redis_password=<redacted> --port 6379"),
+    ("ray start --token abc --block", "ray start --token <redacted> --block"),
+    ("serve --api-key=K --session-name=s", "serve --api-key=<redacted> --session-name=s"),
+    ("job DB_PASSWORD=x GCS=redis://u:pw@h:1/0", "job DB_PASSWORD=<redacted> GCS=redis://u:<redacted>@h:1/0"),
+    ("ray::LeakyActor.handle", "ray::LeakyActor.handle"),  # what the forensics reads: kept
+])
+def test_redact(cmd: str, served: str) -> None:
+    assert processes.redact(cmd) == served

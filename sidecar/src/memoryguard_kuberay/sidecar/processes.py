@@ -4,8 +4,9 @@ rotation (``GET /v1/processes``).
 With ``shareProcessNamespace`` the sidecar sees the Ray container's
 processes. psutil reads each one's USS and PSS from ``smaps_rollup`` (one
 small file per process, not the full ``smaps``), its name and its command
-line (cut short: a command line can carry a token). A process's environment
-is never read. Bounded whatever the pod holds: at most ``max_scan``
+line, cut short and with the values of secret-shaped arguments redacted
+(``redact``: Ray's ``--redis_password``, tokens, keys, URL passwords); a
+process's environment is never read. Bounded whatever the pod holds: at most ``max_scan``
 processes are looked at, within ``budget_s``, and ``limit`` are kept.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +25,27 @@ CMDLINE_MAX = 200
 LIMIT = 20
 MAX_SCAN = 2048
 BUDGET_S = 5.0
+
+
+# Argument names that carry secrets (Ray's --redis_password, a --token, an
+# --api-key, AWS_SECRET_ACCESS_KEY=...): their values are never served.
+_SECRET_NAME = r"[A-Za-z0-9_.-]*(?:passw(?:or)?d|pwd|token|secret|api[_-]?key|access[_-]?key|private[_-]?key|" \
+               r"credential|auth|cookie|signature)[A-Za-z0-9_.-]*"
+_FLAG_EQUALS = re.compile(rf"((?:^|\s)-{{1,2}}{_SECRET_NAME}=)(\S+)", re.IGNORECASE)
+_FLAG_SPACE = re.compile(rf"((?:^|\s)-{{1,2}}{_SECRET_NAME}\s+)(?!-)(\S+)", re.IGNORECASE)
+_ASSIGNMENT = re.compile(rf"((?:^|\s){_SECRET_NAME}=)(\S+)", re.IGNORECASE)
+_URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s/:@]*:)[^\s/@]+(@)", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def redact(cmd: str) -> str:
+    """The command line with the values of secret-shaped arguments replaced:
+    ``--redis_password=x``, ``--token x``, ``API_KEY=x``, ``redis://u:x@h``.
+    Purely computational."""
+    cmd = _FLAG_EQUALS.sub(rf"\1{REDACTED}", cmd)
+    cmd = _FLAG_SPACE.sub(rf"\1{REDACTED}", cmd)
+    cmd = _ASSIGNMENT.sub(rf"\1{REDACTED}", cmd)
+    return _URL_USERINFO.sub(rf"\1{REDACTED}\2", cmd)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +69,7 @@ def _one(pid: int) -> ProcessMemory | None:
             mem = p.memory_full_info()  # smaps_rollup: uss, pss; statm: rss
             name = p.name()[:64]
             # Ray's workers pad their titles with spaces: runs of them say nothing.
-            cmd = " ".join(" ".join(p.cmdline()).split())
+            cmd = redact(" ".join(" ".join(p.cmdline()).split()))
     except (psutil.Error, OSError, ValueError):
         return None  # gone, or not ours to read
     if mem.rss == 0:

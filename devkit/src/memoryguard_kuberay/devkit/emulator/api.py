@@ -141,6 +141,10 @@ class EmulatedApi(kmock.KubernetesScaffold):
         except Exception as e:
             raise ApiError(422, "Invalid", f"CustomResourceDefinition {crd['metadata']['name']!r}: a CEL rule "
                                            f"does not compile: {e}") from None
+        costly = schema.rule_cost_problems(k.schema)
+        if costly:
+            raise ApiError(422, "Invalid", f"CustomResourceDefinition.apiextensions.k8s.io "
+                                           f"{crd['metadata']['name']!r} is invalid: {'; '.join(costly)}")
         self.add_kind(k)
         return k
 
@@ -173,18 +177,25 @@ class EmulatedApi(kmock.KubernetesScaffold):
         if key in self.store:
             self._delete(k, key, graceful=False)
 
+    @staticmethod
+    def _admit(k: Kind, obj: dict[str, Any], pruned: list[str] | None, strict: bool) -> dict[str, Any]:
+        """Schema, pruning, defaults and CEL, as a real server runs them on
+        every write, a dry run's included."""
+        if k.schema is None:
+            return obj
+        try:
+            obj, dropped = schema.admit(obj, k.schema, kind=f"{k.kind}.{k.group}")
+        except schema.SchemaError as e:
+            raise ApiError(422, "Invalid", str(e)) from None
+        if dropped and strict:
+            raise ApiError(400, "BadRequest", f'strict decoding error: unknown field "{dropped[0]}"')
+        if pruned is not None:
+            pruned.extend(dropped)
+        return obj
+
     def _write(self, k: Kind, key: tuple[str, str, str, str], obj: dict[str, Any], old: dict[str, Any] | None,
                event: str, pruned: list[str] | None = None, strict: bool = False) -> dict[str, Any]:
-        if k.schema is not None:
-            try:
-                obj, dropped = schema.admit(obj, k.schema, kind=f"{k.kind}.{k.group}")
-            except schema.SchemaError as e:
-                raise ApiError(422, "Invalid", str(e)) from None
-            if dropped and strict:
-                raise ApiError(400, "BadRequest", f'strict decoding error: unknown field "{dropped[0]}"')
-            if pruned is not None:
-                pruned.extend(dropped)
-        obj = copy.deepcopy(obj)
+        obj = copy.deepcopy(self._admit(k, obj, pruned, strict))
         meta = obj.setdefault("metadata", {})
         obj["apiVersion"], obj["kind"] = k.api_version, k.kind
         meta["name"] = key[3]
@@ -360,7 +371,8 @@ class EmulatedApi(kmock.KubernetesScaffold):
                         raise ApiError(422, "Invalid", f'ConfigMap "{meta["name"]}" is invalid: []: Too long: must '
                                                        f"have at most {CONFIGMAP_MAX_BYTES} bytes")
                 if self._dry_run(request, body):
-                    return copy.deepcopy(body)
+                    # Admitted as a real write would be (a real server's dry run refuses and defaults alike).
+                    return copy.deepcopy(self._admit(k, body, pruned, strict))
                 return self._write(k, key, body, None, "ADDED", pruned, strict)
             raise ApiError(405, "MethodNotAllowed", f"{method} on a collection")
         key = (k.group, k.plural, ns, name)

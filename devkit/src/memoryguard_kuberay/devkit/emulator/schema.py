@@ -210,6 +210,59 @@ def check_rules_compile(schema: Any) -> None:
             check_rules_compile(v)
 
 
+# CEL functions whose cost grows with the length of what they read: a real
+# server estimates a rule's cost from maxLength/maxItems/maxProperties and
+# refuses the CRD when such a call may read an unbounded value ("estimated
+# rule cost exceeds budget"). Equality and `in` on an unbounded string are
+# cheap enough there (KubeRay's own CRD has them).
+_COSTLY_CALLS = ("matches(", ".all(", ".exists(", ".exists_one(", ".map(", ".filter(", ".contains(",
+                 ".startsWith(", ".endsWith(", ".split(", ".indexOf(", ".replace(", ".lowerAscii(", ".upperAscii(")
+
+
+def _unbounded(node: Any, where: str) -> list[str]:
+    """Strings, lists and maps at or below ``node`` without a bound."""
+    if not isinstance(node, dict):
+        return []
+    t, out = node.get("type"), []
+    if t == "string" and "maxLength" not in node and "enum" not in node:
+        out.append(where)
+    if t == "array":
+        if "maxItems" not in node:
+            out.append(where)
+        out += _unbounded(node.get("items"), where + ".items")
+    if t == "object":
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            if "maxProperties" not in node:
+                out.append(where)
+            out += _unbounded(extra, where + ".additionalProperties")
+        for name, sub in (node.get("properties") or {}).items():
+            out += _unbounded(sub, f"{where}.properties[{name}]")
+    return out
+
+
+def rule_cost_problems(schema: Any, where: str = "openAPIV3Schema") -> list[str]:
+    """The emulator's stand-in for the server's CEL cost estimate (an
+    approximation: it refuses what the server refused here, a length-bound
+    call over an unbounded value, and does not compute the budget)."""
+    out: list[str] = []
+    if not isinstance(schema, dict):
+        return out
+    for i, rule in enumerate(schema.get("x-kubernetes-validations") or []):
+        text = rule.get("rule", "")
+        if any(c in text for c in _COSTLY_CALLS):
+            loose = _unbounded(schema, where)
+            if loose:
+                out.append(f"{where}.x-kubernetes-validations[{i}].rule: Forbidden: estimated rule cost exceeds "
+                           f"budget (try adding maxItems, maxProperties, and maxLength where arrays, maps, and "
+                           f"strings are declared: {', '.join(loose[:3])})")
+    for name, sub in (schema.get("properties") or {}).items():
+        out += rule_cost_problems(sub, f"{where}.properties[{name}]")
+    for key in ("items", "additionalProperties"):
+        out += rule_cost_problems(schema.get(key), f"{where}.{key}")
+    return out
+
+
 def admit(obj: dict[str, Any], schema: dict[str, Any], *, kind: str) -> tuple[dict[str, Any], list[str]]:
     """The whole write path: (the object as stored, pruned field paths).
     Raises SchemaError with the server's message when it is refused."""

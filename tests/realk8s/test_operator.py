@@ -1,0 +1,259 @@
+"""The operator on a real control plane (issue 22, 3-5), run as the chart
+runs it (its Deployment's args and environment) with a token of the chart's
+own ServiceAccount, never the admin's; KubeRay and the kubelet played by
+tests/realk8s/standin.py through the real API, each pod's sidecar a real
+process replaying a trace. The tests run in file order: the uninstall and
+the audit of every request come last."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryguard_kuberay.operator import patches
+from memoryguard_kuberay.operator.guardspec import read_guard_spec
+
+from ..devworld import KUBERAY, ROOT
+from ..operator.conftest import HEALTHY, LEAK, guard, raycluster
+from ..procs import free_port
+from .controlplane import ControlPlane
+from .standin import BIN, StandIn
+
+NS, RELEASE_NS, RELEASE = "ray-e2e", "mg-system", "mg"
+SA = "mg-memoryguard"
+PORT = 19108
+SPEED = 600.0
+GUARDS = f"/apis/memoryguard.io/v1alpha1/namespaces/{NS}/memoryguards"
+
+
+class Release:
+    def __init__(self, cp: ControlPlane, workdir: Path, standin: StandIn, operator: subprocess.Popen[bytes],
+                 log: Path) -> None:
+        self.cp, self.api, self.workdir, self.standin, self.operator, self.log = (
+            cp, cp.admin(), workdir, standin, operator, log)
+
+    def wait_for(self, pred: Callable[[], Any], timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = pred()
+            if v:
+                return v
+            time.sleep(0.3)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}; stand-in errors: "
+                             f"{self.standin.errors[-3:]}\n--- operator log ---\n"
+                             f"{self.log.read_text(errors='replace')[-6000:]}")
+
+    def events(self, reason: str, kind: str) -> list[dict[str, Any]]:
+        items = self.api.ok("GET", f"/api/v1/namespaces/{NS}/events")["items"]
+        return [e for e in items if e.get("reason") == reason and e["involvedObject"].get("kind") == kind]
+
+    def put_guard(self, g: dict[str, Any]) -> None:
+        g["metadata"]["namespace"] = NS
+        self.api.ok("POST", GUARDS, g)
+
+
+def _first_worker_of_each_cluster_leaks() -> Callable[[dict[str, Any]], Path]:
+    seen: dict[str, int] = {}  # cluster -> workers started
+
+    def trace_for(pod: dict[str, Any]) -> Path:
+        labels = pod["metadata"]["labels"]
+        if labels.get("ray.io/node-type") == "head":
+            return HEALTHY[0]
+        n = seen[labels["ray.io/cluster"]] = seen.get(labels["ray.io/cluster"], 0) + 1
+        return LEAK if n == 1 else HEALTHY[n % len(HEALTHY)]
+
+    return trace_for
+
+
+def _operator_command(cp: ControlPlane, kubeconfig: Path, workdir: Path) -> tuple[list[str], dict[str, str]]:
+    """The Deployment's container, as the chart rendered it, made a local
+    process: its args and env (fieldRefs resolved), listening on loopback."""
+    dep = cp.admin().ok("GET", f"/apis/apps/v1/namespaces/{RELEASE_NS}/deployments/{SA}")
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value", "") for e in c.get("env") or [] if "value" in e}
+    env["POD_NAMESPACE"] = RELEASE_NS
+    env.update({"MEMORYGUARD_METRICS_HOST": "127.0.0.1", "MEMORYGUARD_METRICS_PORT": str(free_port()),
+                "MEMORYGUARD_LIVENESS_ENDPOINT": f"http://127.0.0.1:{free_port()}/healthz",
+                "MEMORYGUARD_TIME_SCALE": str(SPEED), "MEMORYGUARD_DRAIN": "false",
+                "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60"})
+    return [str(BIN / "memoryguard-kuberay"), *c["args"]], {**os.environ, **env, "KUBECONFIG": str(kubeconfig)}
+
+
+@pytest.fixture(scope="module")
+def release(real: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
+    crd_file = KUBERAY / "ray.io_rayclusters.yaml"
+    if not crd_file.exists():
+        pytest.skip(f"{crd_file} is absent: KubeRay's CRD is read from beside the checkout, never copied in")
+    workdir = tmp_path_factory.mktemp("operator")
+    api = real.admin()
+    for ns in (NS, RELEASE_NS):
+        if api.get(f"/api/v1/namespaces/{ns}") is None:
+            api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    real.kubectl("apply", "--server-side", "-f", str(crd_file))  # its annotation would pass 256 KiB
+    real.wait_established("rayclusters.ray.io")
+    real.helm("install", RELEASE, str(ROOT / "charts" / "memoryguard"), "-n", RELEASE_NS,
+              "--set", f"watchNamespaces={{{NS}}}", "--set", f"sidecar.sidecarPort={PORT}")
+    kubeconfig = real.service_account_kubeconfig(SA, RELEASE_NS, workdir / "operator.kubeconfig")
+    epoch = time.time()
+    cmd, env = _operator_command(real, kubeconfig, workdir)
+    env["MEMORYGUARD_EPOCH"] = str(epoch)
+    log = workdir / "operator.log"
+    with StandIn(real, NS, workdir, _first_worker_of_each_cluster_leaks(), speed=SPEED, epoch=epoch,
+                 sidecar_port=PORT) as standin, open(log, "wb") as out:
+        operator = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
+        try:
+            yield Release(real, workdir, standin, operator, log)
+        finally:
+            if operator.poll() is None:
+                operator.send_signal(signal.SIGTERM)
+                try:
+                    operator.wait(20)
+                except subprocess.TimeoutExpired:
+                    operator.kill()
+                    operator.wait()
+
+
+def _cluster(name: str, workers: int) -> dict[str, Any]:
+    rc = raycluster(name=name, workers=workers)
+    rc["metadata"]["namespace"] = NS
+    return rc
+
+
+def _guard(name: str, cluster: str, **spec: Any) -> dict[str, Any]:
+    return guard(name=name, cluster=cluster, sampling={"sidecarPort": PORT}, **spec)
+
+
+def test_a_leaking_worker_is_rotated_through_the_eviction_api(release: Release) -> None:
+    r = release
+    r.api.ok("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", _cluster("leak-rc", 3))
+    r.wait_for(lambda: sum(1 for p in r.standin.pods() if (p.get("status") or {}).get("phase") == "Running") == 4,
+               60, "the head and 3 workers Running")
+    leaking = next(n for n, t in r.standin.traces.items() if t == LEAK)
+    r.put_guard(_guard("leak-guard", "leak-rc", rotation={"podDisruptionBudget": {"enabled": True,
+                                                                                  "maxUnavailable": 1}},
+                       sidecar={"inject": True, "port": PORT}))
+    rotated = r.wait_for(lambda: r.events("WorkerRotated", "MemoryGuard"), 180, "the leaking worker rotated")
+    assert leaking in rotated[0]["message"], rotated[0]["message"]
+    # Evicted through the Eviction API (the audit log: the operator's own
+    # token, a create on pods/eviction answered 201), gracefully (Terminating
+    # first, then deleted by the kubelet's stand-in), and replaced.
+    evictions = [e for e in r.cp.audit() if e.get("objectRef", {}).get("subresource") == "eviction"
+                 and e["user"]["username"] == f"system:serviceaccount:{RELEASE_NS}:{SA}"]
+    assert [(e["objectRef"]["name"], e["responseStatus"]["code"]) for e in evictions if
+            e["responseStatus"]["code"] == 201] == [(leaking, 201)]
+    assert leaking in r.standin.deleted
+    r.wait_for(lambda: sum(1 for p in r.standin.pods() if p["metadata"]["labels"].get("ray.io/group") ==
+                           "workergroup" and (p.get("status") or {}).get("phase") == "Running"
+                           and p["metadata"]["labels"].get("ray.io/cluster") == "leak-rc") == 3, 60, "3 workers again")
+    # Events on the pod and on the guard.
+    for reason in ("WorkerRotationStarted", "WorkerEvicted", "WorkerRotated"):
+        assert r.events(reason, "MemoryGuard"), reason
+        r.wait_for(lambda reason=reason: [e for e in r.events(reason, "Pod")
+                                          if e["involvedObject"]["name"] == leaking], 20, f"{reason} on the pod")
+    # The guard's own PDB, its status computed by the real disruption controller.
+    pdb = r.wait_for(lambda: r.api.get(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/"
+                                       "memoryguard-leak-rc-workergroup"), 30, "the guard's PDB")
+    assert pdb["spec"]["minAvailable"] == 2
+    pdb = r.wait_for(lambda: (lambda p: p if (p.get("status") or {}).get("expectedPods") == 3 else None)(
+        r.api.get(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/memoryguard-leak-rc-workergroup")),
+        30, "the disruption controller's status on the guard's PDB")
+    assert pdb["status"]["currentHealthy"] >= 2
+    # The status was written; the injection patch was accepted by KubeRay's schema.
+    status = r.wait_for(lambda: (r.api.get(f"{GUARDS}/leak-guard") or {}).get("status"), 30, "the guard's status")
+    assert status["rotations"]["total"] >= 1 and status["summary"]["pods"] >= 3
+    rc = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc")
+    names = [c["name"] for g in rc["spec"]["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]]
+    assert patches.SIDECAR_NAME in names
+    assert r.events("SidecarInjected", "RayCluster")
+
+
+def test_remediation_patches_are_accepted_by_the_raycluster_schema(release: Release) -> None:
+    # The JSON patches the operator builds for each remediation, sent as it
+    # sends them, with dryRun=All: KubeRay's real schema must take them.
+    r = release
+    rc = r.api.ok("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc")
+    spec = read_guard_spec({"clusterSelector": {"names": ["leak-rc"]}})
+    for env in (patches.jemalloc_env(spec.jemalloc, None), patches.spilling_env(spec.spilling),
+                dict(patches.CALL_SITES_ENV)):
+        ops = patches.remediation_patch(rc, "workergroup", env, record="test")
+        assert ops
+        status, doc, _ = r.api.call("PATCH", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc", ops,
+                                    params={"dryRun": "All", "fieldValidation": "Strict"},
+                                    ctype="application/json-patch+json")
+        assert status == 200, doc
+
+
+def test_a_users_pdb_that_refuses_is_honoured_until_the_deadline(release: Release) -> None:
+    r = release
+    r.api.ok("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", _cluster("held-rc", 2))
+    r.api.ok("POST", f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets", {
+        "metadata": {"name": "no-disruption"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {
+            "ray.io/cluster": "held-rc", "ray.io/group": "workergroup"}}}})
+    r.wait_for(lambda: sum(1 for p in r.standin.pods() if p["metadata"]["labels"].get("ray.io/cluster") == "held-rc"
+                           and (p.get("status") or {}).get("phase") == "Running") == 3, 60, "held-rc running")
+    # 1,800 s of the operator's clock is 3 s here.
+    r.put_guard(_guard("held-guard", "held-rc", rotation={"evictionTimeoutSeconds": 1800}))
+    failed = r.wait_for(lambda: r.events("WorkerRotationFailed", "MemoryGuard"), 120,
+                        f"the rotation given up ({r.api.get(f'{GUARDS}/held-guard')})")
+    assert "no-disruption" in failed[0]["message"] and "evictionTimeoutSeconds" in failed[0]["message"]
+    refused = [e for e in r.cp.audit() if e.get("objectRef", {}).get("subresource") == "eviction"
+               and e["objectRef"].get("name", "").startswith("held-rc") and e["responseStatus"]["code"] == 429]
+    assert len(refused) >= 3
+    assert all(p["metadata"]["labels"].get("ray.io/cluster") != "held-rc" or not p["metadata"].get(
+        "deletionTimestamp") for p in r.standin.pods())
+    r.api.ok("DELETE", f"{GUARDS}/held-guard")
+
+
+def test_deleting_the_guard_restores_the_templates(release: Release) -> None:
+    r = release
+    r.api.ok("DELETE", f"{GUARDS}/leak-guard")
+    r.wait_for(lambda: r.api.get(f"{GUARDS}/leak-guard") is None, 60, "the guard gone (finalizer done)")
+    rc = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc")
+    names = [c["name"] for g in rc["spec"]["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]]
+    assert patches.SIDECAR_NAME not in names
+    marks = [p["metadata"]["name"] for p in r.standin.pods() if any(
+        k.startswith("memoryguard.io/rotation") for k in (p["metadata"].get("annotations") or {}))]
+    assert marks == []
+
+
+def test_helm_uninstall_with_guards_present_completes(release: Release) -> None:
+    r = release
+    r.put_guard(_guard("left-guard", "leak-rc", sidecar={"inject": True, "port": PORT}))
+    r.wait_for(lambda: (r.api.get(f"{GUARDS}/left-guard") or {}).get("status"), 60, "left-guard reconciled")
+    stop = threading.Event()
+    hooks = threading.Thread(target=r.standin.run_hook_pods, args=(RELEASE_NS, stop), daemon=True)
+    hooks.start()
+    try:
+        out = r.cp.helm("uninstall", RELEASE, "-n", RELEASE_NS, "--timeout", "300s", check=False, timeout=400)
+    finally:
+        stop.set()
+        hooks.join(10)
+    logs = "\n".join(p.read_text() for p in r.workdir.glob("hook-*.log"))
+    assert out.returncode == 0, out.stdout + out.stderr + "\n--- hook ---\n" + logs
+    assert r.standin.hooks_run and r.standin.hooks_run[-1][1] == 0, r.standin.hooks_run
+    assert r.api.ok("GET", GUARDS)["items"] == []
+    rc = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc")
+    names = [c["name"] for g in rc["spec"]["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]]
+    assert patches.SIDECAR_NAME not in names
+    # Nothing of the release is left but the CRD (helm never deletes a chart's crds/).
+    left = r.cp.kubectl("get", "all,sa,role,rolebinding,clusterrole,clusterrolebinding,configmap,networkpolicy,"
+                        "poddisruptionbudget,lease,job", "-A", "-l", f"app.kubernetes.io/instance={RELEASE}",
+                        "-o", "name").stdout.split()
+    assert left == [], left
+    assert r.api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/memoryguards.memoryguard.io")
+
+
+def test_no_request_of_ours_was_refused(release: Release) -> None:
+    ours = [e for e in release.cp.audit() if e["user"]["username"].startswith(
+        f"system:serviceaccount:{RELEASE_NS}:")]
+    denied = [(e["verb"], e["requestURI"]) for e in ours if e.get("responseStatus", {}).get("code") == 403]
+    print(f"\naudit: {len(ours)} requests by the chart's ServiceAccounts, {len(denied)} refused with 403")
+    assert len(ours) > 50 and denied == [], denied[:10]
