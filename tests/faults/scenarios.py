@@ -222,6 +222,26 @@ async def hostile_sidecars(w: World, rng: random.Random) -> None:
     assert "too large" in errors or "not JSON" in errors or "at most" in errors, errors
 
 
+async def odd_answers_beside_a_leak(w: World, rng: random.Random) -> None:
+    """Every pod but the leaking one answers shapes a parser may not expect
+    (issue 23: they raised, and the guard's whole cycle failed every cycle):
+    the leaking worker is rotated on time all the same, and an odd pod's
+    verdict says its answer was bad."""
+    leak = leaking_pod(w)
+    odd = [n for n in w.proxies if n != leak]
+    for name in odd:
+        await w.proxies[name].set_mode(Mode.ODD)
+    await w.wait_for(lambda: w.api.evictions, 60, "the leaking pod's eviction beside odd answers")
+    assert [e[1] for e in w.api.evictions] == [leak], w.api.evictions
+    # One shape in four (a huge value in a field) still carries a usable
+    # sample, so the failure is seen, not held; the verdict stays the one the
+    # pod's last samples gave until they are stale.
+    await w.wait_for(lambda: any(((w.guard_status().get("pods") or {}).get(n) or {}).get("pollFailure") ==
+                                 "BadAnswer" for n in odd), 30, "pollFailure BadAnswer on an odd pod")
+    for name in odd:
+        await w.proxies[name].set_mode(Mode.OK)
+
+
 async def sidecar_skewed(w: World, rng: random.Random) -> None:
     for proxy in w.proxies.values():
         await proxy.set_mode(Mode.SKEWED)
@@ -377,6 +397,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("sidecar-drip", "all sidecars drip their answer a byte every 0.2 s for 6 s", sidecar_act(Mode.DRIP, 6)),
     Scenario("sidecar-hostile", "flood, backdated, deep and drip at once, one kind per pod, for 8 s",
              hostile_sidecars, expect="no eviction on hostile answers; the operator stays up; then the rotation"),
+    Scenario("sidecar-odd", "every other pod answers a 350-digit integer, a status or Content-Length of "
+             "non-ASCII digits, in turn", odd_answers_beside_a_leak,
+             expect="the leaking worker rotated on time beside them; their pollFailure BadAnswer"),
     Scenario("sidecar-behind", "leaking pod's sidecar clock a day behind (all samples stale)", sidecar_behind,
              rotated=0, expect="never rotated on stale samples; status says they are old"),
     Scenario("ip-reused", "a healthy pod's IP leads to the leaking pod's sidecar", ip_taken_over,

@@ -74,3 +74,28 @@ def test_status_stays_bounded_at_20000_pods() -> None:
     assert "r1" in listed and "w00000" in listed  # rotating, and the nearest OOM
     assert not any(n.startswith("h") for n in listed)  # healthy pods are counted, not listed
     assert all(len(p["lastDecision"]) <= st.MESSAGE_MAX for p in s["pods"].values())
+
+
+@pytest.mark.parametrize("old, new, patch", [
+    # A verdict no pod has any more is removed, not kept at its old count.
+    ({"verdicts": {"Healthy": 3, "WarmingUp": 2}}, {"verdicts": {"Healthy": 5}},
+     {"verdicts": {"Healthy": 5, "WarmingUp": None}}),
+    # A pod that left is nulled; nested keys it lost too.
+    ({"pods": {"a": {"x": 1, "y": 2}, "b": {}}}, {"pods": {"a": {"x": 1}}}, {"pods": {"a": {"x": 1, "y": None},
+                                                                                        "b": None}}),
+    (None, {"a": 1}, {"a": 1}),
+    ({"a": [1, 2]}, {"a": [1]}, {"a": [1]}),  # lists are replaced whole, as merge patch does
+])
+def test_merge_patch(old: Any, new: Any, patch: Any) -> None:
+    assert st.merge_patch(old, new) == patch
+
+
+@pytest.mark.parametrize("failure, verdict", [
+    (None, "SidecarUnreachable"), ("BadAnswer", "BadAnswer"), ("WrongPod", "WrongPod"),
+    ("SamplesStale", "SamplesStale"), ("SidecarUnreachable", "SidecarUnreachable")])
+def test_why_a_poll_failed_is_the_pods_verdict(failure: str | None, verdict: str) -> None:
+    from memoryguard_kuberay.operator.sidecar_client import PollFailure
+
+    none = Decision(Action.NONE, Reason.NO_SAMPLES, "no samples yet", Evidence())
+    view = st.PodView("w1", "g", none, "some words", failure=PollFailure(failure) if failure else None)
+    assert _status([view])["pods"]["w1"]["verdict"] == verdict

@@ -142,14 +142,12 @@ class Sample:
 def _number(value: object) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, (int, float)):
+    if not isinstance(value, (int, float, str)):
+        return None
+    try:
+        # An int of a few hundred digits (JSON allows it) overflows a float.
         f = float(value)
-    elif isinstance(value, str):
-        try:
-            f = float(value)
-        except ValueError:
-            return None
-    else:
+    except (ValueError, OverflowError):
         return None
     return f if math.isfinite(f) else None
 

@@ -75,6 +75,7 @@ class PodState:
     window: PodWindow
     group: str
     error: str | None = None
+    failure: sidecar_client.PollFailure | None = None  # why the last poll brought no samples
     last_decision: Decision | None = None
     blind: bool = False  # the sidecar answers but reads no memory
 
@@ -312,6 +313,7 @@ class GuardReconciler:
                 track = self.tracks[p.uid] = PodState(PodWindow(settings), p.group)
             if not p.ip or p.phase != "Running":
                 track.error = f"pod is {p.phase or 'pending'} without an IP" if not p.ip else None
+                track.failure = sidecar_client.PollFailure.UNREACHABLE if not p.ip else None
             else:
                 since = track.window.last.time_s if track.window.last else None
                 async with sem, self.ctx.pod_slots:
@@ -322,15 +324,32 @@ class GuardReconciler:
                         oldest_s=self.ctx.clock.now() - settings.trend_window_s)
                 self.ctx.metrics.poll_seconds.labels(self.namespace, self.name).observe(res.latency_s)
                 if res.error and not res.samples:
-                    self.ctx.metrics.poll_errors.labels(self.namespace, self.name).inc()
+                    why = (res.failure or sidecar_client.PollFailure.BAD_ANSWER).value
+                    self.ctx.metrics.poll_errors.labels(self.namespace, self.name, why).inc()
                 track.error = res.error if not res.samples else None
+                track.failure = res.failure if not res.samples else None
                 if res.samples or res.blind:
                     track.blind = res.blind or all(s.memory_current_bytes is None for s in res.samples)
                 for sample in res.samples:
                     track.window.add(sample)
             views[p.name] = await self.decide_one(cycle, p, track, wanting)
 
-        await asyncio.gather(*(one(p) for p in pods))
+        async def isolated(p: pi.PodInfo) -> None:
+            # A pod's failure is that pod's verdict: nothing one pod sends or
+            # holds may stop the cycle of the others (issue 23).
+            try:
+                await one(p)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.error("%s/%s: pod %s: unexpected %s; its verdict is BadAnswer this cycle", self.namespace,
+                          self.name, p.name, type(exc).__name__, exc_info=True)
+                track = self.tracks.get(p.uid)
+                if track is not None:
+                    track.error = f"this pod's samples could not be judged ({type(exc).__name__})"
+                    track.failure = sidecar_client.PollFailure.BAD_ANSWER
+
+        await asyncio.gather(*(isolated(p) for p in pods))
         # One at a time, so each sees the slots the ones before it took; the
         # policy decides again with them (it may now defer, and says why).
         for p, track in sorted(wanting, key=lambda w: urgency(w[1].last_decision)):
@@ -354,7 +373,7 @@ class GuardReconciler:
                     max(0.0, self.ctx.clock.real_seconds(now - track.window.last.time_s)))
             if any(d.action is Action.ROTATE and not d.dry_run for d in decisions):
                 wanting.append((p, track))
-                return st.PodView(p.name, p.group, decisions[0], track.error, track.blind)
+                return st.PodView(p.name, p.group, decisions[0], track.error, track.blind, track.failure)
         spec = cycle.spec
         rc = cycle.by_name.get(p.cluster)
         for d in decisions:
@@ -365,7 +384,7 @@ class GuardReconciler:
                 await self.remediate(spec, rc, p, d, "jemalloc")
             if d.reason in STORE_REASONS and spec.spilling.mode != Mode.OFF:
                 await self.remediate(spec, rc, p, d, "spilling")
-        return st.PodView(p.name, p.group, decisions[0], track.error, track.blind)
+        return st.PodView(p.name, p.group, decisions[0], track.error, track.blind, track.failure)
 
     async def rotate(self, spec: GuardSpec, p: pi.PodInfo, d: Decision, *, cycle: Cycle, track: PodState) -> None:
         assert self.ledger is not None
@@ -462,15 +481,13 @@ class GuardReconciler:
 
     # -- reporting ---------------------------------------------------------------------
     async def write_status(self, status: Mapping[str, Any]) -> None:
-        """Merge-patch the status, only when it changed; pods that left are
-        nulled out (a merge patch keeps keys it is not told to remove)."""
+        """Merge-patch the status, only when it changed; every key that left
+        (a pod, a verdict no pod has any more) is nulled out: a merge patch
+        keeps keys it is not told to remove."""
         merged = {**(self.last_status or {}), **status}
         if merged == self.last_status:
             return
-        patch = dict(status)
-        if "pods" in status and self.last_status and isinstance(self.last_status.get("pods"), dict):
-            gone = {k: None for k in self.last_status["pods"] if k not in status["pods"]}
-            patch["pods"] = {**gone, **status["pods"]}
+        patch = {k: st.merge_patch((self.last_status or {}).get(k), v) for k, v in status.items()}
         try:
             await self.ctx.kube.patch_guard_status(self.namespace, self.name, patch)
         except ApiError as e:

@@ -39,7 +39,8 @@ class OperatorMetrics:
                                          "refused past evictionTimeoutSeconds", g, registry=r)
         self.remediations = Counter(P + "remediations", "remediations by kind and mode", [*g, "kind", "mode"],
                                     registry=r)
-        self.poll_errors = Counter(P + "sidecar_poll_errors", "failed sidecar polls", g, registry=r)
+        self.poll_errors = Counter(P + "sidecar_poll_errors", "failed sidecar polls, by why (SidecarUnreachable, "
+                                   "BadAnswer, WrongPod, SamplesStale)", (*g, "reason"), registry=r)
         self.poll_seconds = Histogram(P + "sidecar_poll_seconds", "sidecar poll latency", g, registry=r,
                                       buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
         self.decision_seconds = Histogram(P + "decision_seconds", "policy time per pod per cycle", g, registry=r,

@@ -30,7 +30,13 @@ READ_CHUNK = 64 * 1024
 
 
 class PodHttpError(Exception):
-    """The pod's answer could not be had; the message says why."""
+    """The pod's answer could not be had; the message says why.
+    ``unreachable``: nothing came back (refused, timed out), as opposed to
+    an answer that could not be read."""
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +54,7 @@ async def get(ip: str, port: int, target: str, *, timeout_s: float, max_body: in
     try:
         sock = socket.socket(family, socket.SOCK_STREAM)
     except OSError as exc:  # out of descriptors: this poll fails, the next one tries again
-        raise PodHttpError(f"no socket: {exc.strerror or exc}") from exc
+        raise PodHttpError(f"no socket: {exc.strerror or exc}", unreachable=True) from exc
     sock.setblocking(False)
     try:
         async with asyncio.timeout(timeout_s):
@@ -56,9 +62,9 @@ async def get(ip: str, port: int, target: str, *, timeout_s: float, max_body: in
             await loop.sock_sendall(sock, request)
             return await _read_answer(loop, sock, max_body)
     except TimeoutError:
-        raise PodHttpError(f"unreachable: no answer within {timeout_s:.3g} s") from None
+        raise PodHttpError(f"unreachable: no answer within {timeout_s:.3g} s", unreachable=True) from None
     except OSError as exc:
-        raise PodHttpError(f"unreachable: {exc.strerror or type(exc).__name__}") from None
+        raise PodHttpError(f"unreachable: {exc.strerror or type(exc).__name__}", unreachable=True) from None
     finally:
         sock.close()
 
@@ -97,7 +103,8 @@ def _head(head: bytes) -> tuple[int, int | None]:
     """(status, Content-Length or None) from an answer's head."""
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+    # ASCII digits only: str.isdigit() admits '²' and other digits int() refuses.
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not _ascii_digits(parts[1], 3):
         raise PodHttpError(f"not an HTTP answer: {lines[0][:60]!r}")
     length: int | None = None
     for line in lines[1:]:
@@ -105,9 +112,13 @@ def _head(head: bytes) -> tuple[int, int | None]:
         name = name.strip().lower()
         if name == "content-length":
             value = value.strip()
-            if not value.isdigit() or (length is not None and int(value) != length):
+            if not _ascii_digits(value, 18) or (length is not None and int(value) != length):
                 raise PodHttpError(f"bad Content-Length: {value[:30]!r}")
             length = int(value)
         elif name == "transfer-encoding":
             raise PodHttpError(f"Transfer-Encoding {value.strip()[:30]!r} is not read (the sidecar never sends it)")
     return int(parts[1]), length
+
+
+def _ascii_digits(text: str, most: int) -> bool:
+    return 0 < len(text) <= most and all("0" <= c <= "9" for c in text)

@@ -27,8 +27,11 @@ hand that names no pod is believed (the user put it there).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import enum
 import json
+import logging
 import math
 import time
 import urllib.parse
@@ -38,10 +41,20 @@ from typing import Any
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.operator import podhttp
 
+log = logging.getLogger(__name__)
 MAX_BODY = 512 * 1024
 MAX_SAMPLES = 2000
 MAX_PAGES = 16
 MAX_FUTURE_S = 10.0
+
+
+class PollFailure(str, enum.Enum):
+    """Why a poll brought no samples: the pod's verdict in status and metrics."""
+
+    UNREACHABLE = "SidecarUnreachable"  # nothing came back: refused, timed out
+    BAD_ANSWER = "BadAnswer"  # an answer that could not be read: not HTTP, not JSON, too large, cut short
+    WRONG_POD = "WrongPod"  # an answer from another pod (a reused IP), or naming none where it must
+    STALE = "SamplesStale"  # only samples older than the policy's window
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +69,7 @@ class Poll:
     # its source is "none" (it found no cgroup and no process to read).
     blind: bool = False
     newest_too_old_s: float | None = None  # the newest sample skipped as older than the window
+    failure: PollFailure | None = None  # set when error is, and no sample came
 
 
 async def poll(ip: str, port: int, since: float | None, *, timeout_s: float,
@@ -64,8 +78,23 @@ async def poll(ip: str, port: int, since: float | None, *, timeout_s: float,
     """Poll, following ``more`` for at most ``max_pages`` answers, all within
     ``timeout_s`` together. Samples older than ``oldest_s`` are not asked for.
     ``now`` (the operator's clock) is read when an answer is in: a sample
-    can be no later than that."""
+    can be no later than that. Never raises: whatever the pod sends, a Poll."""
     t0 = time.monotonic()
+    try:
+        return await _poll(ip, port, since, t0=t0, timeout_s=timeout_s, now=now, pod_uid=pod_uid,
+                           require_uid=require_uid, oldest_s=oldest_s, max_future_s=max_future_s,
+                           max_pages=max_pages)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a shape of answer no check above foresaw: this pod's verdict, never the cycle's
+        log.warning("poll of %s:%s: unexpected %s reading its answer", ip, port, type(exc).__name__, exc_info=True)
+        return Poll((), f"answer could not be read ({type(exc).__name__})", time.monotonic() - t0,
+                    failure=PollFailure.BAD_ANSWER)
+
+
+async def _poll(ip: str, port: int, since: float | None, *, t0: float, timeout_s: float, now: Callable[[], float],
+                pod_uid: str | None, require_uid: bool, oldest_s: float | None, max_future_s: float,
+                max_pages: int) -> Poll:
     if oldest_s is not None and (since is None or since < oldest_s):
         since = oldest_s
     samples: list[Sample] = []
@@ -83,11 +112,13 @@ async def poll(ip: str, port: int, since: float | None, *, timeout_s: float,
             break
         since = last.samples[-1].time_s
     error = last.error if not samples else (f"{rejected} sample(s) rejected" if rejected else None)
+    failure = None if samples else last.failure or (PollFailure.BAD_ANSWER if error else None)
     if not samples and last.newest_too_old_s is not None and oldest_s is not None:
         error = (f"samples are stale: the newest is {now() - last.newest_too_old_s:.0f} s old, older than the "
                  "policy's window (is the sidecar's clock behind?)")
+        failure = PollFailure.STALE
     return Poll(tuple(samples), error, time.monotonic() - t0, last.source, rejected, last.more, last.blind,
-                last.newest_too_old_s)
+                last.newest_too_old_s, failure)
 
 
 async def _one(ip: str, port: int, since: float | None, *, timeout_s: float, now: Callable[[], float],
@@ -97,9 +128,10 @@ async def _one(ip: str, port: int, since: float | None, *, timeout_s: float, now
     try:
         answer = await podhttp.get(ip, port, target, timeout_s=timeout_s, max_body=MAX_BODY)
     except podhttp.PodHttpError as exc:
-        return Poll((), str(exc), time.monotonic() - t0)
+        return Poll((), str(exc), time.monotonic() - t0,
+                    failure=PollFailure.UNREACHABLE if exc.unreachable else PollFailure.BAD_ANSWER)
     if answer.status != 200:
-        return Poll((), f"HTTP {answer.status}", time.monotonic() - t0)
+        return Poll((), f"HTTP {answer.status}", time.monotonic() - t0, failure=PollFailure.BAD_ANSWER)
     return parse(answer.body, latency_s=time.monotonic() - t0, now_s=now(), pod_uid=pod_uid,
                  require_uid=require_uid, max_future_s=max_future_s, oldest_s=oldest_s)
 
@@ -108,7 +140,10 @@ def _time_of(raw: Mapping[str, Any]) -> float | None:
     t = raw.get("time")
     if isinstance(t, bool) or not isinstance(t, (int, float)):
         return None
-    t = float(t)
+    try:
+        t = float(t)
+    except OverflowError:  # an int of hundreds of digits
+        return None
     return t if math.isfinite(t) else None
 
 
@@ -117,24 +152,25 @@ def parse(body: bytes, *, latency_s: float, now_s: float, pod_uid: str | None = 
     """The sidecar's answer, whatever it is, as a Poll. Never raises; its
     cost is bounded by MAX_BODY and MAX_SAMPLES."""
     if len(body) > MAX_BODY:
-        return Poll((), f"response too large (over {MAX_BODY} bytes)", latency_s)
+        return Poll((), f"response too large (over {MAX_BODY} bytes)", latency_s, failure=PollFailure.BAD_ANSWER)
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
-        return Poll((), "response is not JSON", latency_s)
+        return Poll((), "response is not JSON", latency_s, failure=PollFailure.BAD_ANSWER)
     if not isinstance(doc, dict) or not isinstance(doc.get("samples"), list):
-        return Poll((), "response has no samples list", latency_s)
+        return Poll((), "response has no samples list", latency_s, failure=PollFailure.BAD_ANSWER)
     raw_samples: list[Any] = doc["samples"]
     if len(raw_samples) > MAX_SAMPLES:
-        return Poll((), f"answer with {len(raw_samples)} samples (at most {MAX_SAMPLES}); dropped", latency_s)
+        return Poll((), f"answer with {len(raw_samples)} samples (at most {MAX_SAMPLES}); dropped", latency_s,
+                    failure=PollFailure.BAD_ANSWER)
     who = doc.get("pod")
     uid = who.get("uid") if isinstance(who, dict) else None
     if pod_uid and uid and uid != pod_uid:
         return Poll((), f"answer from another pod ({str(who.get('name') or uid)[:80]}); "  # type: ignore[union-attr]
-                        "the IP was reused, samples dropped", latency_s)
+                        "the IP was reused, samples dropped", latency_s, failure=PollFailure.WRONG_POD)
     if require_uid and not uid:
         return Poll((), "answer names no pod, but this pod runs the injected sidecar, which always does; "
-                        "samples dropped", latency_s)
+                        "samples dropped", latency_s, failure=PollFailure.WRONG_POD)
     out: list[Sample] = []
     rejected = 0
     too_old: float | None = None

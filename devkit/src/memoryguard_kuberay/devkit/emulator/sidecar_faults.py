@@ -31,6 +31,10 @@ class Mode(str, enum.Enum):
     BACKDATED = "backdated"  # 171,195 valid samples, all from the past hours
     DEEP = "deep"  # JSON nested a million levels deep
     DRIP = "drip"  # a valid answer, one byte every 0.2 s
+    # Shapes a parser may not expect, one per answer in turn (issue 23): an
+    # integer of 350 digits in a field and in the time, a status code of
+    # non-ASCII digits, a Content-Length of non-ASCII digits.
+    ODD = "odd"
 
 
 class SidecarProxy:
@@ -99,8 +103,20 @@ class SidecarProxy:
 
     async def _hostile(self, mode: Mode, writer: asyncio.StreamWriter) -> None:
         body = hostile_body(mode, self.clock())
-        self.answers[mode] = self.answers.get(mode, 0) + 1
+        n = self.answers[mode] = self.answers.get(mode, 0) + 1
         head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+        if mode is Mode.ODD:
+            big = b"1" + b"0" * 350
+            shapes = [
+                (head, b'{"samples":[{"time":%.1f,"memory_current":%s,"memory_max":2}]}' % (self.clock(), big)),
+                (head, b'{"samples":[{"time":%s}]}' % big),
+                ("HTTP/1.1 ²00 OK\r\nConnection: close\r\n".encode(), body),
+                (head.replace(b"Connection: close\r\n", "Content-Length: ²\r\n".encode()), body),
+            ]
+            h, b = shapes[n % len(shapes)]
+            writer.write(h + (b"" if b"Content-Length" in h else b"Content-Length: %d\r\n" % len(b)) + b"\r\n" + b)
+            await writer.drain()
+            return
         if mode is Mode.DRIP:
             writer.write(head + b"\r\n")  # no length: the body ends when the connection does
             for i in range(len(body)):
@@ -114,7 +130,7 @@ class SidecarProxy:
         await writer.drain()
 
 
-HOSTILE = frozenset({Mode.FLOOD, Mode.BACKDATED, Mode.DEEP, Mode.DRIP})
+HOSTILE = frozenset({Mode.FLOOD, Mode.BACKDATED, Mode.DEEP, Mode.DRIP, Mode.ODD})
 
 
 def hostile_body(mode: Mode, now: float) -> bytes:
