@@ -108,11 +108,52 @@ async def _measure(name: str, *, timeout_s: float = 5.0) -> None:
           f"samples {len(p.samples):>5}  {p.error or 'ok'}")
 
 
+def _serve_pages(ready: multiprocessing.Queue, pods: int) -> None:  # type: ignore[type-arg]
+    """``pods`` hostile sidecars, each answering every request with a full
+    page (just under the caps) and ``more: true``, forever (issue 24)."""
+    page = [_sample(NOW - 3600 + i * 0.001) for i in range(sidecar_client.MAX_SAMPLES - 1)]
+    body = ('{"more":true,"samples":[' + ",".join(page) + "]}").encode()[:CAP - 64]
+    body = body[:body.rfind(b"},") + 1] + b"]}"  # whole samples, under the body cap
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError, asyncio.CancelledError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+            writer.write(body)
+            await writer.drain()
+        writer.close()
+
+    async def run() -> None:
+        servers = [await asyncio.start_server(handle, "127.0.0.52", 0) for _ in range(pods)]
+        ready.put([srv.sockets[0].getsockname()[1] for srv in servers])
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+async def _measure_paged(pods: int) -> None:
+    ready: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
+    child = multiprocessing.Process(target=_serve_pages, args=(ready, pods), daemon=True)
+    child.start()
+    ports = await asyncio.to_thread(ready.get, True, 120)
+    t0 = time.perf_counter()
+    polls = await asyncio.gather(*(sidecar_client.poll("127.0.0.52", port, None, timeout_s=10, now=lambda: NOW + 60,
+                                                       oldest_s=NOW - 14400) for port in ports))
+    took = time.perf_counter() - t0
+    child.terminate()
+    child.join()
+    most = max(len(p.samples) for p in polls)
+    print(f"{'more: true forever, ' + str(pods) + ' pods at once':<44} samples a poll at most {most:>5} "
+          f"(cap {sidecar_client.MAX_POLL_SAMPLES})  all polls {took:6.2f} s")
+
+
 async def main() -> None:
     print(f"operator caps: body {CAP // 1024} KiB, {sidecar_client.MAX_SAMPLES} samples an answer, "
-          f"{sidecar_client.MAX_PAGES} pages a poll")
+          f"{sidecar_client.MAX_PAGES} pages, {sidecar_client.MAX_POLL_SAMPLES} samples and "
+          f"{sidecar_client.MAX_POLL_BYTES // 1024} KiB a poll")
     for name in BODIES:
         await _measure(name, timeout_s=2.0 if name == DRIP else 5.0)
+    await _measure_paged(100)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of this process (the operator's poll and parse, all of the above): {peak:.0f} MiB")
 

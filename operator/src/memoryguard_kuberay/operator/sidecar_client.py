@@ -8,7 +8,8 @@ answer costs the operator bounded memory and time whatever it holds:
   hour at 5 s, is about 170 KB) and refused past it, and within the poll's
   timeout (a slow drip ends there), by podhttp.py;
 - at most ``MAX_SAMPLES`` samples per answer (a sidecar pages its answers
-  below that and says ``"more": true``), at most ``MAX_PAGES`` pages a poll;
+  below that and says ``"more": true``), and across a poll's pages at most
+  ``MAX_POLL_SAMPLES`` samples and ``MAX_POLL_BYTES`` read;
 - samples older than ``oldest_s`` (what the policy's window can use) are
   skipped before they are parsed, samples from beyond the operator's now
   (``max_future_s``, 10 s) are dropped;
@@ -45,6 +46,12 @@ log = logging.getLogger(__name__)
 MAX_BODY = 512 * 1024
 MAX_SAMPLES = 2000
 MAX_PAGES = 16
+# What one poll may cost across all its pages (issue 24: 16 full pages of
+# 2,000 samples each were 32,000 samples a poll, and 100 such pods took the
+# operator to 573 MiB): two of the sidecar's own pages (1,000 samples each).
+# A longer history comes over the next polls, each asking from its last sample.
+MAX_POLL_SAMPLES = 2000
+MAX_POLL_BYTES = 1024 * 1024
 MAX_FUTURE_S = 10.0
 
 
@@ -100,17 +107,20 @@ async def _poll(ip: str, port: int, since: float | None, *, t0: float, timeout_s
     samples: list[Sample] = []
     last = Poll((), None, 0.0)
     rejected = 0
+    read = 0
     for _ in range(max_pages):
         left = timeout_s - (time.monotonic() - t0)
-        if left <= 0:
-            break
-        last = await _one(ip, port, since, timeout_s=left, now=now, pod_uid=pod_uid,
-                          require_uid=require_uid, max_future_s=max_future_s, oldest_s=oldest_s)
-        samples.extend(last.samples)
+        if left <= 0 or read >= MAX_POLL_BYTES or len(samples) >= MAX_POLL_SAMPLES:
+            break  # the rest, if any, comes with the next poll (it asks from the last sample on)
+        last, n = await _one(ip, port, since, timeout_s=left, now=now, pod_uid=pod_uid, require_uid=require_uid,
+                             max_future_s=max_future_s, oldest_s=oldest_s,
+                             max_body=min(MAX_BODY, MAX_POLL_BYTES - read))
+        read += n
+        samples.extend(last.samples[:MAX_POLL_SAMPLES - len(samples)])
         rejected += last.rejected
         if not last.more or not last.samples:
             break
-        since = last.samples[-1].time_s
+        since = samples[-1].time_s
     error = last.error if not samples else (f"{rejected} sample(s) rejected" if rejected else None)
     failure = None if samples else last.failure or (PollFailure.BAD_ANSWER if error else None)
     if not samples and last.newest_too_old_s is not None and oldest_s is not None:
@@ -122,18 +132,21 @@ async def _poll(ip: str, port: int, since: float | None, *, t0: float, timeout_s
 
 
 async def _one(ip: str, port: int, since: float | None, *, timeout_s: float, now: Callable[[], float],
-               pod_uid: str | None, require_uid: bool, max_future_s: float, oldest_s: float | None) -> Poll:
+               pod_uid: str | None, require_uid: bool, max_future_s: float, oldest_s: float | None,
+               max_body: int) -> tuple[Poll, int]:
+    """One page: the Poll and the bytes its body took."""
     target = "/v1/samples" if since is None else f"/v1/samples?since={urllib.parse.quote(repr(since))}"
     t0 = time.monotonic()
     try:
-        answer = await podhttp.get(ip, port, target, timeout_s=timeout_s, max_body=MAX_BODY)
+        answer = await podhttp.get(ip, port, target, timeout_s=timeout_s, max_body=max_body)
     except podhttp.PodHttpError as exc:
         return Poll((), str(exc), time.monotonic() - t0,
-                    failure=PollFailure.UNREACHABLE if exc.unreachable else PollFailure.BAD_ANSWER)
+                    failure=PollFailure.UNREACHABLE if exc.unreachable else PollFailure.BAD_ANSWER), max_body
     if answer.status != 200:
-        return Poll((), f"HTTP {answer.status}", time.monotonic() - t0, failure=PollFailure.BAD_ANSWER)
+        return Poll((), f"HTTP {answer.status}", time.monotonic() - t0,
+                    failure=PollFailure.BAD_ANSWER), len(answer.body)
     return parse(answer.body, latency_s=time.monotonic() - t0, now_s=now(), pod_uid=pod_uid,
-                 require_uid=require_uid, max_future_s=max_future_s, oldest_s=oldest_s)
+                 require_uid=require_uid, max_future_s=max_future_s, oldest_s=oldest_s), len(answer.body)
 
 
 def _time_of(raw: Mapping[str, Any]) -> float | None:
