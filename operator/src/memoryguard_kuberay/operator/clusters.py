@@ -40,11 +40,12 @@ def older(me: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
 
 
 async def select(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec,
-                 trust: Trust | None = None) -> Selected:
+                 guards: Sequence[Mapping[str, Any]], trust: Trust | None = None) -> Selected:
     """The RayClusters ``guard`` selects and may act on. A cluster an older
     guard also selects is left to that guard: two guards never rotate one
     cluster's pods with two sets of budgets. A guard the operator refuses
-    (judged with the same ``trust``) guards nothing, so it takes nothing."""
+    (judged with the same ``trust``) guards nothing, so it takes nothing.
+    ``guards``: the namespace's guards (guardroster.py: listed once for all)."""
     found: dict[str, dict[str, Any]] = {}
     missing = []
     for name in spec.selection.cluster_names:
@@ -60,7 +61,7 @@ async def select(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
             found[rc["metadata"]["name"]] = rc
     contested: dict[str, str] = {}
     if found:
-        for other in await kube.list_guards(namespace):
+        for other in guards:
             if not older(guard, other):
                 continue
             try:

@@ -26,6 +26,7 @@ class OperatorConfig:
     # repositories (default: sidecar_image's), jemalloc libraries, and the
     # sidecar port the chart's NetworkPolicy covers (None: no policy).
     trust: tr.Trust = dataclasses.field(default_factory=tr.Trust)
+    max_guards_per_namespace: int = 50  # newer guards beyond it are refused (guardroster.py)
 
 
 def from_env(env: dict[str, str] | None = None) -> OperatorConfig:
@@ -53,4 +54,5 @@ def from_env(env: dict[str, str] | None = None) -> OperatorConfig:
         epoch=float(epoch) if epoch else None,
         sidecar_image=image,
         trust=trust,
+        max_guards_per_namespace=int(get("MAX_GUARDS_PER_NAMESPACE", "50")),
     )

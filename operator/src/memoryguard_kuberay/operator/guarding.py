@@ -25,7 +25,7 @@ from typing import Any
 
 from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide, urgency
 from memoryguard_kuberay.core.settings import PolicySettings
-from memoryguard_kuberay.operator import clusters, forensics, remediation, rotation, sidecar_client
+from memoryguard_kuberay.operator import clusters, forensics, guardroster, remediation, rotation, sidecar_client
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.clock import Clock, iso
@@ -66,8 +66,14 @@ class OperatorContext:
     # And per namespace (a tenant): pods that hang, however many guards poll
     # them, hold at most POLL_CONCURRENCY of the POD_CONNECTIONS.
     namespace_slots: dict[str, asyncio.Semaphore] = dataclasses.field(default_factory=dict)
+    roster: guardroster.GuardRoster | None = None  # every namespace's guards, listed once for all its guards
     probe_slots: asyncio.Semaphore = dataclasses.field(
         default_factory=lambda: asyncio.Semaphore(forensics.MAX_PROBES))  # rayprobe processes at once
+
+    def guard_roster(self) -> guardroster.GuardRoster:
+        if self.roster is None:
+            self.roster = guardroster.GuardRoster(self.kube)
+        return self.roster
 
 
 @dataclasses.dataclass
@@ -181,8 +187,19 @@ class GuardReconciler:
         if self.ledger is None:
             self.ledger = Ledger.from_status(previous)
         try:
+            roster = self.ctx.guard_roster()
+            guards = await roster.guards(self.namespace)
+            refused = guardroster.refusal(guards, body, roster.limit)
+            if refused:
+                await self.write_status(st.build(generation=generation, clusters=[], pods=[], spec_error=None,
+                                                 refused=refused, missing_clusters=[],
+                                                 rotations=self.rotations_status(), last_action=self.last_action,
+                                                 last_action_brief=self.last_action_brief, now_iso=iso(now),
+                                                 previous=previous))
+                self.ctx.metrics.degraded(self.namespace, self.name, "TooManyGuards")
+                return 60.0
             selected = await clusters.select(self.ctx.kube, namespace=self.namespace, guard=body, spec=spec,
-                                             trust=self.ctx.trust)
+                                             guards=guards, trust=self.ctx.trust)
             if not spec.policy.dry_run and not stopped():
                 await clusters.set_up(self.ctx.kube, namespace=self.namespace, guard=body, spec=spec,
                                       clusters=selected.clusters, report=self.event)

@@ -9,18 +9,16 @@ from typing import Any
 
 import kopf
 
-from memoryguard_kuberay.operator import budgets, clusters, config, crd, guarding, patches
+from memoryguard_kuberay.operator import config, crd, finalizer, guarding
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.drain import NoDrainer, RayGcsDrainer
 from memoryguard_kuberay.operator.eventqueue import EventPoster
-from memoryguard_kuberay.operator.events import EventReason
-from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
-from memoryguard_kuberay.operator.kube import ApiError, Kube, load_credentials
+from memoryguard_kuberay.operator.guardroster import GuardRoster
+from memoryguard_kuberay.operator.kube import Kube, load_credentials
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.podcache import PodCaches
 
 log = logging.getLogger("memoryguard_kuberay.operator")
-_context: dict[str, guarding.OperatorContext] = {}  # set once at startup; kopf's memo is per object
 # On a guard's deletion kopf sets the daemon's ``stopped``; the reconciler sees it
 # between steps and returns. kopf waits STOP_WAIT_S for that (its
 # instant_exit_timeout, set at startup) and cancels the daemon only after the
@@ -30,13 +28,10 @@ _context: dict[str, guarding.OperatorContext] = {}  # set once at startup; kopf'
 STOP_WAIT_S = 30.0
 
 
-def context() -> guarding.OperatorContext:
-    return _context["ctx"]
-
-
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """All kopf settings, and what every guard shares."""
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """All kopf settings, and what every guard shares: ``memo.ctx`` (kopf
+    hands each object's handlers a copy of the operator's memo)."""
     cfg = config.from_env()
     # Progress and diff-base in annotations under our own prefix: the status
     # is ours, for users to read.
@@ -61,15 +56,15 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     drainer = RayGcsDrainer(rpc_timeout_s=cfg.drain_rpc_timeout_s) if cfg.drain else NoDrainer()
     events = EventPoster(kube)
     events.start()
-    _context["ctx"] = guarding.OperatorContext(
+    memo.ctx = guarding.OperatorContext(
         kube=kube, events=events, drainer=drainer, pods=PodCaches(kube, watch_timeout_s=cfg.watch_timeout_s),
         clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics, sidecar_image=cfg.sidecar_image, trust=cfg.trust,
-        ray_forensics=cfg.drain)
+        ray_forensics=cfg.drain, roster=GuardRoster(kube, limit=cfg.max_guards_per_namespace))
 
 
 @kopf.on.cleanup()
-async def cleanup(**_: Any) -> None:
-    ctx = _context.pop("ctx", None)
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    ctx = memo.get("ctx")
     if ctx is not None:
         await ctx.events.close()
         await ctx.pods.close()
@@ -78,9 +73,9 @@ async def cleanup(**_: Any) -> None:
 
 @kopf.daemon(crd.GROUP, crd.VERSION, crd.PLURAL, cancellation_backoff=STOP_WAIT_S, cancellation_timeout=10.0)
 async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | None, name: str | None,
-                **_: Any) -> None:
+                memo: kopf.Memo, **_: Any) -> None:
     """Each MemoryGuard's reconciler: one cycle per sampling interval until stopped."""
-    ctx = context()
+    ctx: guarding.OperatorContext = memo.ctx
     reconciler = guarding.GuardReconciler(ctx, namespace or "", name or "")
     try:
         while not stopped:
@@ -97,35 +92,9 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
 
 
 @kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL)
-async def removed(spec: kopf.Spec, namespace: str | None, name: str | None, body: kopf.Body, **_: Any) -> None:
-    """Finalizer: take back what this guard put into other objects: its
-    rotation marks on pods, the sidecar it injected, its PDBs."""
-    ctx = context()
-    ns = namespace or ""
-    reconciler = guarding.GuardReconciler(ctx, ns, name or "")
-    reconciler.body = body
-    await reconciler.unmark_pods()
+async def removed(body: kopf.Body, namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """Finalizer: take back what this guard put into other objects (finalizer.py)."""
     try:
-        gs = read_guard_spec(spec, sidecar_image=ctx.sidecar_image)
-    except SpecError:
-        return
-    selected = await clusters.select(ctx.kube, namespace=ns, guard=body, spec=gs, trust=ctx.trust)
-    # MemoryGuard's budgets (a user's of the same name stay).
-    ours = await clusters.our_budgets(ctx.kube, ns, selected.clusters) if gs.pdb.enabled else {}
-    for rc in selected.clusters:
-        if gs.sidecar.inject:
-            ops = patches.uninject_patch(rc)
-            if ops:
-                try:
-                    await ctx.kube.json_patch_raycluster(ns, rc["metadata"]["name"], ops)
-                    await reconciler.event(EventReason.SIDECAR_REMOVED, f"sidecar removed from RayCluster "
-                                                                 f"{rc['metadata']['name']}", also=[rc])
-                except ApiError as e:
-                    await reconciler.event(EventReason.SIDECAR_REMOVAL_FAILED, f"{rc['metadata']['name']}: {e}",
-                                           also=[rc])
-                    raise kopf.TemporaryError(str(e), delay=10) from e
-        if gs.pdb.enabled:
-            for group, _path, _tpl in patches.templates(rc, include_head=False):
-                name = budgets.pdb_name(rc["metadata"]["name"], group)
-                if name in ours:
-                    await ctx.kube.delete_pdb(ns, name)
+        await finalizer.release(memo.ctx, namespace or "", name or "", body)
+    except finalizer.NotYet as e:
+        raise kopf.TemporaryError(str(e), delay=10) from e

@@ -121,12 +121,16 @@ def bounded(status: dict[str, Any], pods: Sequence[PodView]) -> dict[str, Any]:
 def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[PodView], spec_error: str | None,
           missing_clusters: Sequence[str], rotations: Mapping[str, Any], last_action: str | None, now_iso: str,
           previous: Mapping[str, Any], contested: Mapping[str, str] | None = None,
-          last_action_brief: str | None = None) -> dict[str, Any]:
+          last_action_brief: str | None = None, refused: str | None = None) -> dict[str, Any]:
+    """The status, computed once from what the cycle found and did.
+    ``refused``: why the operator will not serve this guard at all."""
     prev_conds = previous.get("conditions") or []
     unreachable = sorted(p.name for p in pods if p.sidecar_error)
     blind = sorted(p.name for p in pods if p.blind and not p.sidecar_error)
     at_risk = sum(1 for p in pods if p.decision.reason in AT_RISK or p.decision.action is Action.ROTATE)
-    if spec_error:
+    if refused:
+        degraded = (True, "TooManyGuards", refused)
+    elif spec_error:
         degraded = (True, "InvalidSpec", spec_error)
     elif missing_clusters:
         degraded = (True, "ClusterNotFound", f"RayCluster(s) not found: {', '.join(missing_clusters)}")
@@ -146,14 +150,14 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
                     f"nothing protects them: {', '.join(blind[:10])}")
     else:
         degraded = (False, "AsExpected", "all guarded pods report samples")
-    ready = not spec_error
+    ready = not spec_error and not refused
     verdicts = collections.Counter(_verdict(p) for p in pods)
     status = {
         "observedGeneration": generation,
         "conditions": [
-            condition("Ready", ready, "Guarding" if ready else "InvalidSpec",
-                      f"guarding {len(pods)} pod(s) in {len(clusters)} RayCluster(s)" if ready else str(spec_error),
-                      now_iso, prev_conds),
+            condition("Ready", ready, "Guarding" if ready else "TooManyGuards" if refused else "InvalidSpec",
+                      f"guarding {len(pods)} pod(s) in {len(clusters)} RayCluster(s)" if ready else str(
+                          refused or spec_error), now_iso, prev_conds),
             condition("Degraded", degraded[0], degraded[1], degraded[2], now_iso, prev_conds),
         ],
         "summary": {"clusters": len(clusters), "pods": len(pods), "atRisk": at_risk,

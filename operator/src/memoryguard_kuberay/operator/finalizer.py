@@ -1,0 +1,57 @@
+"""What a MemoryGuard takes back when it is deleted: its rotation marks on
+pods, the sidecar it injected into RayCluster templates, its own
+PodDisruptionBudgets (never a user's of the same name). Called by the
+handler of the guard's deletion (handlers.py), which only unpacks kopf's
+arguments.
+
+The spec is read as the cycle reads it, with the installer's trust limits:
+a guard the operator refused put nothing anywhere, so there is nothing of
+its own to take back from the clusters it named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from memoryguard_kuberay.operator import budgets, clusters, guarding, patches
+from memoryguard_kuberay.operator.events import EventReason
+from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
+from memoryguard_kuberay.operator.kube import ApiError
+
+
+class NotYet(RuntimeError):
+    """A part could not be taken back now (an API error); the handler retries."""
+
+
+async def release(ctx: guarding.OperatorContext, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+    reconciler = guarding.GuardReconciler(ctx, namespace, name)
+    reconciler.body = body
+    await reconciler.unmark_pods()
+    try:
+        gs = read_guard_spec(body.get("spec"), sidecar_image=ctx.sidecar_image, trust=ctx.trust)
+    except SpecError:
+        return  # refused: it never injected, patched or budgeted anything
+    guards = await ctx.guard_roster().guards(namespace)
+    selected = await clusters.select(ctx.kube, namespace=namespace, guard=body, spec=gs, guards=guards,
+                                     trust=ctx.trust)
+    ours = await clusters.our_budgets(ctx.kube, namespace, selected.clusters) if gs.pdb.enabled else {}
+    for rc in selected.clusters:
+        rc_name = rc["metadata"]["name"]
+        if gs.sidecar.inject:
+            ops = patches.uninject_patch(rc)
+            if ops:
+                try:
+                    await ctx.kube.json_patch_raycluster(namespace, rc_name, ops)
+                except ApiError as e:
+                    await reconciler.event(EventReason.SIDECAR_REMOVAL_FAILED, f"{rc_name}: {e}", also=[rc])
+                    raise NotYet(str(e)) from e
+                await reconciler.event(EventReason.SIDECAR_REMOVED, f"sidecar removed from RayCluster {rc_name}",
+                                       also=[rc])
+        if gs.pdb.enabled:
+            for group, _path, _tpl in patches.templates(rc, include_head=False):
+                pdb = budgets.pdb_name(rc_name, group)
+                if pdb in ours:
+                    await ctx.kube.delete_pdb(namespace, pdb)
+
+
