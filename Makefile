@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup run demo test lint typecheck unit faults soak bench bench-sidecar bench-hostile bench-operator real-leak crds traces clean
+.PHONY: setup run demo test lint typecheck unit faults soak bench bench-sidecar bench-hostile bench-flood bench-operator real-leak crds traces clean
 
 PARTS   := core sidecar operator devkit
 
@@ -63,6 +63,10 @@ crds: $(STAMP)
 
 bench-hostile: $(STAMP)
 	$(BIN)/python benchmarks/hostile_answers.py
+
+# A legitimate poller beside a request flood on one real sidecar (issue 24).
+bench-flood: $(STAMP)
+	$(BIN)/python benchmarks/sidecar_flood.py
 
 bench-operator: $(STAMP)
 	$(BIN)/python benchmarks/operator_scale.py

@@ -157,3 +157,45 @@ def test_a_blind_sidecar_says_so_in_its_log_and_its_health(tmp_path: Path) -> No
         proc.send_signal(signal.SIGTERM)
         proc.wait(10)
     assert "memory source lost" in log.read_text()
+
+
+def test_one_peer_cannot_take_every_connection() -> None:
+    # Issue 24: a flood from one peer left a legitimate poller a few answers.
+    # One peer holds at most MAX_PER_PEER connections; others are served.
+    from memoryguard_kuberay.sidecar import server
+
+    args = ["--replay", str(commands.examples_dir() / "healthy_gc_sawtooth.csv"), "--speed", "600", "--interval", "1"]
+    with sidecar_process("127.0.0.26", args) as url:
+        host, port = url.removeprefix("http://").split(":")
+        flood = []
+        for _ in range(server.MAX_CONNECTIONS * 2):
+            s = socket.socket()
+            s.bind(("127.0.0.27", 0))
+            s.connect((host, int(port)))
+            flood.append(s)
+        try:
+            for _ in range(20):  # another peer, with the flood's connections all open
+                legit = socket.socket()
+                legit.bind(("127.0.0.28", 0))
+                legit.settimeout(5)
+                legit.connect((host, int(port)))
+                legit.sendall(b"GET /v1/samples HTTP/1.1\r\nHost: x\r\n\r\n")
+                answer = b""
+                while chunk := legit.recv(65536):
+                    answer += chunk
+                legit.close()
+                assert answer.startswith(b"HTTP/1.1 200 OK"), answer[:100]
+            alive = 0
+            for s in flood:  # the flooder kept at most its share: the rest were closed
+                s.setblocking(False)
+                try:
+                    closed = s.recv(1) == b""
+                except BlockingIOError:
+                    closed = False
+                except OSError:
+                    closed = True
+                alive += not closed
+            assert alive <= server.MAX_PER_PEER, alive
+        finally:
+            for s in flood:
+                s.close()

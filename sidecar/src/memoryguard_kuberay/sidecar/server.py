@@ -7,11 +7,14 @@ timeout; every response closes the connection. Routes:
 evidence before a rotation; one scan at a time, a recent answer reused).
 
 Open connections are capped (memory stays bounded: at most
-``MAX_CONNECTIONS`` answers of at most a page of samples each), but a full
-house never turns a new request away: the connection that has waited
-longest for its request head is closed to make room (else the oldest one).
-Idle or slow connections (slowloris, from code in the Ray container or from
-anywhere the network policy lets in) so cost the attacker their own
+``MAX_CONNECTIONS`` answers of at most a page of samples each), and shared
+fairly between peers (issue 24: 200 loops of complete requests from one
+peer left a legitimate poller 5 answers in 8 s): a peer holds at most
+``MAX_PER_PEER`` connections (a further one closes that peer's own oldest),
+and a full house makes room by closing a connection of the peer that holds
+the most (the one that has waited longest for its request head, else its
+oldest). A flood or a slowloris (from code in the Ray container or from
+anywhere the network policy lets in) so costs the attacker its own
 connections, never the kubelet's probe or the operator's poll.
 No TLS and no auth by design: the pod network policy decides who may ask
 (see docs/security.md), and nothing here can change state.
@@ -29,6 +32,7 @@ MAX_HEAD_BYTES = 8192
 HEAD_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 96
+MAX_PER_PEER = 8  # the operator polls one connection at a time; the kubelet probes one or two
 
 
 class Routes:
@@ -65,6 +69,7 @@ class SidecarServer:
         # Open connections, oldest first, and those still waiting for their request head.
         self.conns: collections.OrderedDict[int, asyncio.StreamWriter] = collections.OrderedDict()
         self.waiting: collections.OrderedDict[int, asyncio.StreamWriter] = collections.OrderedDict()
+        self.peers: dict[str, collections.OrderedDict[int, asyncio.StreamWriter]] = {}  # peer -> its connections
         self.evicted = 0  # idle connections closed to make room (a metric)
         self.server: asyncio.Server | None = None
 
@@ -76,16 +81,32 @@ class SidecarServer:
             self.server.close()
             await self.server.wait_closed()
 
+    def _make_room(self, peer: str) -> None:
+        mine = self.peers.get(peer) or {}
+        if len(mine) >= MAX_PER_PEER:
+            victim = peer  # a peer over its share pays with its own connections
+        elif len(self.conns) >= self.max_connections:
+            victim = max(self.peers, key=lambda p: len(self.peers[p]))
+        else:
+            return
+        theirs = self.peers[victim]
+        key = next((k for k in self.waiting if k in theirs), None) or next(iter(theirs))
+        writer = theirs.pop(key)
+        self.waiting.pop(key, None)
+        self.conns.pop(key, None)
+        if not theirs:
+            del self.peers[victim]
+        writer.transport.abort()  # its read or write then fails, and its handler returns
+        self.evicted += 1
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self.conns) >= self.max_connections:
-            key, oldest = (self.waiting or self.conns).popitem(last=False)
-            self.waiting.pop(key, None)
-            self.conns.pop(key, None)
-            oldest.transport.abort()  # its read or write then fails, and its handler returns
-            self.evicted += 1
+        peername = writer.get_extra_info("peername")
+        peer = str(peername[0]) if isinstance(peername, tuple) and peername else "?"
+        self._make_room(peer)
         key = id(writer)
         self.conns[key] = writer
         self.waiting[key] = writer
+        self.peers.setdefault(peer, collections.OrderedDict())[key] = writer
         try:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
@@ -106,6 +127,12 @@ class SidecarServer:
             await self._send(writer, response)
         finally:
             self.conns.pop(key, None)
+            self.waiting.pop(key, None)
+            mine = self.peers.get(peer)
+            if mine is not None:
+                mine.pop(key, None)
+                if not mine:
+                    del self.peers[peer]
 
     def _route(self, head: bytes) -> tuple[int, str, bytes]:
         """(status, path for metrics, response bytes)."""
