@@ -82,8 +82,7 @@ class SidecarServer:
             await self.server.wait_closed()
 
     def _make_room(self, peer: str) -> None:
-        mine = self.peers.get(peer) or {}
-        if len(mine) >= MAX_PER_PEER:
+        if len(self.peers.get(peer) or ()) >= MAX_PER_PEER:
             victim = peer  # a peer over its share pays with its own connections
         elif len(self.conns) >= self.max_connections:
             victim = max(self.peers, key=lambda p: len(self.peers[p]))
