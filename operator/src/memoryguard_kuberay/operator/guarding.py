@@ -38,6 +38,7 @@ from memoryguard_kuberay.operator.kube import ApiError, Kube
 from memoryguard_kuberay.operator.ledger import Ledger, OutcomeKind, Phase
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.podcache import PodCaches
+from memoryguard_kuberay.operator.remembered import Remembered
 from memoryguard_kuberay.operator.trust import Trust
 
 log = logging.getLogger("memoryguard_kuberay.operator")
@@ -116,11 +117,8 @@ class GuardReconciler:
         self.tracks: dict[str, PodState] = {}
         self.settings: PolicySettings | None = None
         self.ledger: Ledger | None = None  # the rotations, loaded from status on the first cycle
-        self.planned: set[str] = set()  # dry run: pods already reported
-        self.remediated: set[tuple[str, str, str]] = set()  # (cluster, group, kind) patched or recommended
-        # (cluster, group) whose plateau the policy already advised on: it says
-        # so once per group, as simulate says it once per trace.
-        self.advised: set[tuple[str, str]] = set()
+        # What it has said and done besides rotations, loaded from status on the first cycle.
+        self.remembered: Remembered | None = None
         self.invalid_generation: int | None = None
         self.last_status: dict[str, Any] | None = None
         # Evidence being collected before a rotation drains: pod uid -> (task,
@@ -186,6 +184,8 @@ class GuardReconciler:
             self.settings = spec.policy
         if self.ledger is None:
             self.ledger = Ledger.from_status(previous)
+        if self.remembered is None:
+            self.remembered = Remembered.from_status(previous)
         try:
             roster = self.ctx.guard_roster()
             guards = await roster.guards(self.namespace)
@@ -227,6 +227,8 @@ class GuardReconciler:
                           previous=previous)
         if self.forensics_latest is not None:
             status["forensics"] = self.forensics_latest
+        self.memory.forget_pods_except([p.uid for p in all_pods])
+        status["remembered"] = self.memory.to_status()
         await self.write_status(status)
         deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
         self.ctx.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
@@ -241,6 +243,12 @@ class GuardReconciler:
     # -- rotations -------------------------------------------------------------------
     def rotations_status(self) -> dict[str, Any]:
         return (self.ledger or Ledger()).to_status()
+
+    @property
+    def memory(self) -> Remembered:
+        if self.remembered is None:
+            self.remembered = Remembered()
+        return self.remembered
 
     async def advance_rotations(self, cycle: Cycle) -> None:
         assert self.ledger is not None
@@ -296,7 +304,6 @@ class GuardReconciler:
     def history_for(self, p: pi.PodInfo, now: float, groups: Groups) -> RotationHistory:
         assert self.ledger is not None
         in_group = self.ledger.rotating_in(p.cluster, p.group)
-        starts = self.ledger.starts(rotated_only=True)
         group_starts = self.ledger.starts(group=(p.cluster, p.group))
         return RotationHistory(
             is_head=p.is_head,
@@ -304,8 +311,8 @@ class GuardReconciler:
             group_in_flight=in_group,
             group_short=groups.short(p.cluster, p.group, rotating=in_group, inflight=self.ledger.inflight),
             group_last_rotation_s=max(group_starts) if group_starts else None,
-            guard_rotations_last_hour=sum(1 for t in starts if now - t < 3600),
-            remediation_advised=(p.cluster, p.group) in self.advised, user_requested=p.user_requested)
+            guard_rotations_last_hour=self.ledger.rotations_last_hour(now),
+            remediation_advised=(p.cluster, p.group) in self.memory.advised, user_requested=p.user_requested)
 
     # -- sampling and deciding -------------------------------------------------------
     async def poll_and_decide(self, cycle: Cycle) -> list[st.PodView]:
@@ -397,7 +404,7 @@ class GuardReconciler:
             if d.action is Action.ROTATE:
                 await self.rotate(spec, p, d, cycle=cycle, track=track)
             elif d.action is Action.REMEDIATE:
-                self.advised.add((p.cluster, p.group))
+                self.memory.advised.add((p.cluster, p.group))
                 await self.remediate(spec, rc, p, d, "jemalloc")
             if d.reason in STORE_REASONS and spec.spilling.mode != Mode.OFF:
                 await self.remediate(spec, rc, p, d, "spilling")
@@ -407,8 +414,8 @@ class GuardReconciler:
         assert self.ledger is not None
         reason = f"{d.reason.value}: {d.message}"
         if d.dry_run:
-            if p.uid not in self.planned:
-                self.planned.add(p.uid)
+            if p.uid not in self.memory.planned:
+                self.memory.planned.add(p.uid)
                 await self.event(EventReason.ROTATION_PLANNED, f"dry run: would rotate {p.name}: {reason}",
                                  also=[pod_ref(p.name, p.uid)])
             return
@@ -486,13 +493,13 @@ class GuardReconciler:
                         kind: str) -> None:
         """Once per (cluster, group, kind): recommend or patch (remediation.py)."""
         key = (p.cluster, p.group, kind)
-        if rc is None or key in self.remediated or p.is_head:
+        if rc is None or key in self.memory.remediated or p.is_head:
             return
-        self.remediated.add(key)
+        self.memory.remediated.add(key)
         done = await remediation.remediate(self.ctx.kube, namespace=self.namespace, spec=spec, rc=rc, pod=p,
                                            decision=d, kind=kind, report=self.event)
         if done is None:
-            self.remediated.discard(key)  # refused by the API: try again next time
+            self.memory.remediated.discard(key)  # refused by the API: try again next time
         elif done:
             self.ctx.metrics.remediations.labels(self.namespace, self.name, kind, done).inc()
 

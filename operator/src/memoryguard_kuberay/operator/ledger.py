@@ -19,6 +19,8 @@ from memoryguard_kuberay.operator import podinfo as pi
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 MAX_RECENT = 20  # finished rotations kept in status.rotations.recent
+HOUR_S = 3600.0
+MAX_EVICTIONS_KEPT = 1000  # the spec's largest maxPerHour: more in an hour is never allowed anyway
 
 
 class Phase(str, enum.Enum):
@@ -92,6 +94,10 @@ class Ledger:
     inflight: dict[str, InFlight] = dataclasses.field(default_factory=dict)  # pod uid -> rotation
     recent: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the last MAX_RECENT that ended
     total: int = 0  # rotations that ended with a ready replacement
+    # When the rotations that have ended had evicted their pod, within the
+    # last hour: the hourly cap counts every eviction, whatever came of it
+    # (issue 23: it saw only the last 20 recorded, and not those that failed).
+    evicted_at: list[float] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> Ledger:
@@ -106,13 +112,24 @@ class Ledger:
             total = int(rot.get("total") or 0)
         except (TypeError, ValueError):
             total = 0
-        return cls(inflight, recent, total)
+        evicted: list[float] = []
+        for t in (rot.get("evictedLastHour") or [])[-MAX_EVICTIONS_KEPT:] if isinstance(
+                rot.get("evictedLastHour"), list) else []:
+            if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
+                evicted.append(float(t))
+        return cls(inflight, recent, total, evicted)
 
     def to_status(self) -> dict[str, Any]:
         last = self.recent[-1] if self.recent else {}
         return {"total": self.total, "inFlight": [r.to_status() for r in self.inflight.values()],
                 "recent": self.recent[-MAX_RECENT:], "lastPod": last.get("pod"), "lastTime": last.get("finishedAt"),
-                "lastReason": last.get("reason")}
+                "lastReason": last.get("reason"), "evictedLastHour": self.evicted_at[-MAX_EVICTIONS_KEPT:]}
+
+    def rotations_last_hour(self, now: float) -> int:
+        """For the hourly cap: rotations in flight, and those ended whose pod
+        was evicted within the hour (older times are dropped here)."""
+        self.evicted_at = [t for t in self.evicted_at if now - t < HOUR_S][-MAX_EVICTIONS_KEPT:]
+        return len(self.inflight) + len(self.evicted_at)
 
     def rotating_in(self, cluster: str, group: str) -> int:
         return sum(1 for r in self.inflight.values() if (r.cluster, r.group) == (cluster, group))
@@ -146,20 +163,20 @@ class Ledger:
         """Move an ended rotation from in flight to the recent ones."""
         rot = self.inflight.pop(uid)
         self.total += 1 if outcome.kind is OutcomeKind.ROTATED else 0
+        if rot.evicted_at is not None:
+            self.evicted_at.append(rot.evicted_at)
         self.recent.append({"pod": rot.pod, "group": rot.group, "cluster": rot.cluster,
                             "reason": rot.reason.split(":", 1)[0], "requestedAt": rot.requested_at,
                             "finishedAt": now, "outcome": outcome.kind.value})
         self.recent = self.recent[-MAX_RECENT:]
         return rot
 
-    def starts(self, *, group: tuple[str, str] | None = None, rotated_only: bool = False) -> list[float]:
+    def starts(self, *, group: tuple[str, str] | None = None) -> list[float]:
         """When rotations began: those in flight and the recent ones (of one
-        group, or those that rotated), for the policy's budgets."""
+        group), for the group's cooldown."""
         out = [r.requested_at for r in self.inflight.values() if group is None or (r.cluster, r.group) == group]
         for r in self.recent:
             if group is not None and (r.get("cluster"), r.get("group")) != group:
-                continue
-            if rotated_only and r.get("outcome") != OutcomeKind.ROTATED.value:
                 continue
             try:
                 out.append(float(r.get("requestedAt") or 0))
