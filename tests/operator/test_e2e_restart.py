@@ -57,3 +57,26 @@ async def test_killed_while_waiting_for_the_replacement(tmp_path: Path) -> None:
         assert [e[1] for e in w.api.evictions] == [leaking]
         status = w.api.get("memoryguards", "default", "leak-guard")["status"]  # type: ignore[index]
         assert status["rotations"]["total"] == 1 and status["rotations"]["inFlight"] == []
+
+
+async def test_a_restart_does_not_say_it_again(tmp_path: Path) -> None:
+    # Issue 23: what a guard had said lived only in memory; a restarted
+    # operator posted the same dry-run plan again.
+    async with world(tmp_path, by_worker_index({0})) as w:
+        await start_cluster(w, 2)
+        w.api.put("memoryguards", guard(dryRun=True))
+        first = await w.start_operator()
+        await w.wait_for(lambda: w.events("WorkerRotationPlanned"), 90, "the dry run's plan")
+        await w.wait_for(lambda: (w.guard_status().get("remembered") or {}).get("plannedPods"), 20,
+                         "the plan remembered in the status")
+        await w.stop_operator(first, kill=True)
+        second = await w.start_operator()
+        # Long enough for several cycles of the new process (15 s at 600x is 2.5 h of its clock).
+        await w.wait_for(lambda: (w.guard_status().get("conditions") or [{}])[0].get("status") == "True", 30,
+                         "the restarted operator guarding")
+        import asyncio
+
+        await asyncio.sleep(8)
+        assert second.returncode is None
+        assert len(w.events("WorkerRotationPlanned")) == 1, [e["message"] for e in w.events("WorkerRotationPlanned")]
+        assert w.api.evictions == []
