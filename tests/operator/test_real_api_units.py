@@ -10,7 +10,7 @@ import pytest
 
 from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
 from memoryguard_kuberay.devkit.emulator import disruption, schema
-from memoryguard_kuberay.operator import budgets, crd
+from memoryguard_kuberay.operator import budgets, crd, kube
 from memoryguard_kuberay.operator import status as st
 
 OWNER = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": "u", "controller": True}]
@@ -102,3 +102,13 @@ def test_the_crd_refuses_zero_where_a_fraction_is_the_minimum(section: str, fiel
     with pytest.raises(schema.SchemaError, match=f"must be at least {smallest:g}"):
         admit(0)
     admit(smallest)
+
+
+@pytest.mark.parametrize("status, kind", [
+    (404, kube.NotFound), (409, kube.Conflict), (410, kube.Gone), (429, kube.TooManyRequests),
+    (500, kube.ServerError), (503, kube.ServerError), (0, kube.ServerError),  # no answer at all
+    (422, kube.ApiError), (403, kube.ApiError),
+])
+def test_api_errors_are_typed_by_what_callers_do_with_them(status: int, kind: type) -> None:
+    e = kube.api_error(status, "Reason", "words")
+    assert type(e) is kind and isinstance(e, kube.ApiError) and e.status == status

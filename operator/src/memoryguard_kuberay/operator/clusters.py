@@ -15,7 +15,7 @@ from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.groups import desired_replicas
 from memoryguard_kuberay.operator.guardspec import GuardSpec, SpecError, read_guard_spec
-from memoryguard_kuberay.operator.kube import ApiError, Kube
+from memoryguard_kuberay.operator.kube import ApiError, Conflict, Kube, NotFound
 from memoryguard_kuberay.operator.trust import Trust
 
 log = logging.getLogger("memoryguard_kuberay.operator")
@@ -52,7 +52,7 @@ async def select(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
         try:
             found[name] = await kube.get_raycluster(namespace, name)
         except ApiError as e:
-            if e.status != 404:
+            if not isinstance(e, NotFound):
                 raise
             missing.append(name)
     if spec.selection.cluster_labels:
@@ -139,7 +139,7 @@ async def keep_budgets(kube: Kube, *, namespace: str, guard: Mapping[str, Any], 
             try:
                 await kube.create_pdb(namespace, wanted)
             except ApiError as e:
-                if e.status != 409:
+                if not isinstance(e, Conflict):
                     raise
                 # Not among ours, yet there: somebody else's budget of that name.
                 log.warning("%s: PodDisruptionBudget %s exists and is not MemoryGuard's; left alone", namespace, pdb)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import enum
 import json as _json
 import ssl
 import uuid
@@ -71,10 +72,48 @@ LEASES = ("coordination.k8s.io", "v1", "leases")
 
 
 class ApiError(Exception):
+    """An answer of the API server other than success, or none at all
+    (status 0: unreachable, a broken watch). Made by ``api_error``, which
+    picks the subclass callers test for; ``status`` stays for logs."""
+
     def __init__(self, status: int, reason: str, message: str, causes: Sequence[str] = ()) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status, self.reason, self.message = status, reason, message
         self.causes = tuple(causes)  # the Status's details.causes messages (an eviction's 429 names the PDB)
+
+
+class NotFound(ApiError):
+    """404: the object (or its namespace) is not there."""
+
+
+class Conflict(ApiError):
+    """409: a stale resourceVersion, or the object already exists."""
+
+
+class Gone(ApiError):
+    """410: a watch or a continue token expired: list again."""
+
+
+class TooManyRequests(ApiError):
+    """429: throttled, or an eviction refused by a PodDisruptionBudget."""
+
+
+class ServerError(ApiError):
+    """5xx, or no answer (status 0): worth retrying."""
+
+
+class EvictionAnswer(str, enum.Enum):
+    EVICTED = "evicted"
+    GONE = "gone"  # the pod is no longer there
+    REFUSED = "refused"  # not now: retry later
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 410: Gone, 429: TooManyRequests}
+
+
+def api_error(status: int, reason: str, message: str, causes: Sequence[str] = ()) -> ApiError:
+    cls = _BY_STATUS.get(status) or (ServerError if status == 0 or status >= 500 else ApiError)
+    return cls(status, reason, message, causes)
 
 
 async def _api_error(r: aiohttp.ClientResponse) -> ApiError:
@@ -86,7 +125,7 @@ async def _api_error(r: aiohttp.ClientResponse) -> ApiError:
     doc = doc if isinstance(doc, dict) else {}
     details = doc.get("details")
     causes = details.get("causes") if isinstance(details, dict) else None
-    return ApiError(r.status, str(doc.get("reason", r.reason)), str(doc.get("message", ""))[:1024],
+    return api_error(r.status, str(doc.get("reason", r.reason)), str(doc.get("message", ""))[:1024],
                     [str(c.get("message", ""))[:512] for c in (causes or [])[:4] if isinstance(c, dict)])
 
 
@@ -176,7 +215,7 @@ class Kube:
                     raise await _api_error(r)
                 return await r.json(content_type=None)
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__) from exc
+            raise api_error(0, "Unreachable", str(exc) or type(exc).__name__) from exc
 
     async def list_pages(self, path: str, params: Mapping[str, str], *,
                          metadata_only: bool = False) -> AsyncGenerator[tuple[list[Any], str], None]:
@@ -234,13 +273,13 @@ class Kube:
                             try:
                                 event = _json.loads(line)
                             except ValueError:
-                                raise ApiError(0, "BadWatchEvent", f"not JSON: {line[:80]!r}") from None
+                                raise api_error(0, "BadWatchEvent", f"not JSON: {line[:80]!r}") from None
                             if isinstance(event, dict):
                                 yield event
                     if len(buf) > MAX_WATCH_LINE:
-                        raise ApiError(0, "BadWatchEvent", f"an event line over {MAX_WATCH_LINE} bytes")
+                        raise api_error(0, "BadWatchEvent", f"an event line over {MAX_WATCH_LINE} bytes")
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise ApiError(0, "Unreachable", str(exc) or type(exc).__name__) from exc
+            raise api_error(0, "Unreachable", str(exc) or type(exc).__name__) from exc
 
     # -- reads --------------------------------------------------------------
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
@@ -271,19 +310,21 @@ class Kube:
         await self.request("PATCH", _path(RAYCLUSTERS, namespace, name), json=list(ops),
                            content_type="application/json-patch+json")
 
-    async def evict(self, namespace: str, name: str) -> tuple[bool, int, str]:
-        """Ask for an eviction. (allowed, status, message): 429 means a
-        PodDisruptionBudget (or rate limiting) refuses now; retry later. The
-        message carries the server's causes, which name the budget."""
+    async def evict(self, namespace: str, name: str) -> tuple[EvictionAnswer, str]:
+        """Ask for an eviction: evicted, already gone (404), or refused for
+        now (429: a PodDisruptionBudget or rate limiting; 500: the server
+        could not judge the budgets) with the server's words, which name
+        the budget. Other errors raise."""
         body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
                                 "metadata": {"name": name, "namespace": namespace}}
         try:
             await self.request("POST", pod_path(namespace, name, "eviction"), json=body)
-        except ApiError as e:
-            if e.status in (404, 429, 500):
-                return False, e.status, "; ".join([e.message, *e.causes])
-            raise
-        return True, 201, "evicted"
+        except (NotFound, TooManyRequests, ServerError) as e:
+            if isinstance(e, ServerError) and e.status != 500:
+                raise
+            answer = EvictionAnswer.GONE if isinstance(e, NotFound) else EvictionAnswer.REFUSED
+            return answer, f"{e.status}: " + "; ".join([e.message, *e.causes])
+        return EvictionAnswer.EVICTED, "evicted"
 
     async def patch_guard_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         await self.request("PATCH", _path(MEMORYGUARDS, namespace, name, "status"), json={"status": dict(status)},
@@ -294,7 +335,7 @@ class Kube:
         try:
             return dict(await self.request("GET", path))
         except ApiError as e:
-            if e.status == 404:
+            if isinstance(e, NotFound):
                 return None
             raise
 
@@ -326,7 +367,7 @@ class Kube:
         try:
             await self.request("DELETE", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
         except ApiError as e:
-            if e.status != 404:
+            if not isinstance(e, NotFound):
                 raise
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -347,14 +388,14 @@ class Kube:
         try:
             await self.request("DELETE", _path(MEMORYGUARDS, namespace, name))
         except ApiError as e:
-            if e.status != 404:
+            if not isinstance(e, NotFound):
                 raise
 
     async def delete_pdb(self, namespace: str, name: str) -> None:
         try:
             await self.request("DELETE", _path(PDBS, namespace, name))
         except ApiError as e:
-            if e.status != 404:
+            if not isinstance(e, NotFound):
                 raise
 
     async def event(self, *, namespace: str, involved: Mapping[str, Any], reason: str, message: str,
@@ -379,6 +420,6 @@ class Kube:
                 await self.request("POST", f"/api/v1/namespaces/{namespace}/events", json=body)
                 return
             except ApiError as e:
-                if delay is None or (e.status not in (0, 429) and e.status < 500):
+                if delay is None or not isinstance(e, (ServerError, TooManyRequests)):
                     return  # out of tries, or refused for good (403, 422): nothing a retry mends
             await asyncio.sleep(delay)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memoryguard_kuberay.operator.kube import ApiError, Kube
+from memoryguard_kuberay.operator.kube import ApiError, Conflict, Kube
 
 log = logging.getLogger("memoryguard_kuberay.operator.leader")
 
@@ -70,7 +70,7 @@ class LeaderElector:
             try:
                 await self.kube.create_lease(cfg.namespace, body)
             except ApiError as e:
-                if e.status == 409:
+                if isinstance(e, Conflict):
                     return False  # another replica created it first
                 raise
             self.last_renewed = now
@@ -89,7 +89,7 @@ class LeaderElector:
         try:
             await self.kube.replace_lease(cfg.namespace, cfg.name, body)
         except ApiError as e:
-            if e.status == 409:
+            if isinstance(e, Conflict):
                 return False  # someone else wrote it since we read it
             raise
         if holder != cfg.identity:

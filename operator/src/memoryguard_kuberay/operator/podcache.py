@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from memoryguard_kuberay.operator import podinfo as pi
-from memoryguard_kuberay.operator.kube import ApiError, Kube, pod_path
+from memoryguard_kuberay.operator.kube import ApiError, Gone, Kube, api_error, pod_path
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 SELECTOR = f"{pi.LABEL_IS_RAY_NODE}=yes"
@@ -98,7 +98,7 @@ class PodCache:
                     await asyncio.sleep(MIN_WATCH_S)  # a server (or proxy) that ends every watch at once
                 continue
             except ApiError as e:
-                if e.status == 410:
+                if isinstance(e, Gone):
                     self.rv = None
                     if not listing or time.monotonic() - started >= MIN_WATCH_S:
                         log.info("%s: pod watch history expired; listing again", self.namespace)
@@ -147,7 +147,7 @@ class PodCache:
             return
         if kind == "ERROR":
             code = obj.get("code")
-            raise ApiError(code if isinstance(code, int) else 0, str(obj.get("reason", "WatchError")),
+            raise api_error(code if isinstance(code, int) else 0, str(obj.get("reason", "WatchError")),
                            str(obj.get("message", ""))[:300])
         meta = obj.get("metadata")
         rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
@@ -202,7 +202,7 @@ class PodCaches:
                 await asyncio.wait_for(cache.synced.wait(), wait_s)
         why = cache.unusable(time.monotonic())
         if why is not None:
-            raise ApiError(0, "PodCacheUnusable", why)
+            raise api_error(0, "PodCacheUnusable", why)
         return cache.pods(clusters)
 
     async def close(self) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.drain import Drainer
 from memoryguard_kuberay.operator.events import EventReason
-from memoryguard_kuberay.operator.kube import ApiError, Kube
+from memoryguard_kuberay.operator.kube import ApiError, EvictionAnswer, Kube
 from memoryguard_kuberay.operator.ledger import InFlight, Outcome, OutcomeKind, Phase
 
 Report = Callable[[EventReason, str], Awaitable[None]]
@@ -92,21 +92,21 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
             return Outcome()
         rot.last_attempt = now
         try:
-            allowed, status, message = await kube.evict(pod.namespace, pod.name)
+            answer, message = await kube.evict(pod.namespace, pod.name)
         except ApiError as e:
             # 5xx and timeouts: try again next cycle; never fall back to a delete.
             rot.refused += 1
             rot.last_refusal = str(e)[:512]
             return Outcome(message=f"eviction of {rot.pod} failed: {e}")
-        if allowed or status == 404:
+        if answer is not EvictionAnswer.REFUSED:
             gone()
             await report(EventReason.EVICTED, f"{rot.pod} evicted ({rot.reason})")
             return Outcome()
         rot.refused += 1
-        rot.last_refusal = f"{status}: {message}"[:512]
+        rot.last_refusal = message[:512]
         if rot.refused == 1 or rot.refused % 10 == 0:
             await report(EventReason.EVICTION_REFUSED,
-                         f"{rot.pod}: eviction refused ({status}: {message}); retrying in "
+                         f"{rot.pod}: eviction refused ({message}); retrying in "
                          f"{backoff_s(rot.refused):.0f} s")
         return Outcome()
     # replacing: KubeRay recreates the worker; wait for a new pod of the group to be ready.
