@@ -14,8 +14,8 @@ import copy
 import dataclasses
 from typing import Any
 
+from memoryguard_kuberay.core import specfields, trust
 from memoryguard_kuberay.core.settings import _PERCENT_ATTRS, CROSS_RULES, SETTINGS_TABLE
-from memoryguard_kuberay.operator import specfields, trust
 
 BASE: dict[str, Any] = {"clusterSelector": {"names": ["rc"]}}
 # The chart's defaults, as the operator runs with them.

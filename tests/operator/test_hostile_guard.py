@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
+from memoryguard_kuberay.core.trust import Trust, repository
 from memoryguard_kuberay.devkit.emulator import schema
 from memoryguard_kuberay.operator import crd
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
-from memoryguard_kuberay.operator.trust import Trust, repository
 
 TRUST = Trust(sidecar_images=("ghcr.io/memoryguard/memoryguard-sidecar",), policy_port=9108)
 

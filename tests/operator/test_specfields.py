@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from memoryguard_kuberay.core import specfields
 from memoryguard_kuberay.devkit.emulator import schema
-from memoryguard_kuberay.operator import crd, specfields
+from memoryguard_kuberay.operator import crd
 from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
 
 from .. import spectable
@@ -86,7 +87,7 @@ def test_the_docs_settings_table_is_generated() -> None:
     start = doc.index("<!-- settings table: generated, do not edit -->\n") + len(
         "<!-- settings table: generated, do not edit -->\n")
     end = doc.index("<!-- end of the settings table -->")
-    assert doc[start:end] == specfields.settings_table(), "run: python -m memoryguard_kuberay.operator.specfields"
+    assert doc[start:end] == specfields.settings_table(), "run: python -m memoryguard_kuberay.core.specfields"
 
 
 def _unbounded(node: dict[str, Any], where: str) -> list[str]:
@@ -127,3 +128,39 @@ def test_hostile_values_are_refused_with_a_reason(spec: dict[str, Any], says: st
         read_guard_spec(spec)
     assert any(says in p for p in e.value.problems), e.value.problems
     assert not _crd_accepts(spec)
+
+
+def test_a_guard_read_back_from_a_server_replays_as_it_is(tmp_path: Path) -> None:
+    # Issue 26: simulate --guard refused every guard read back from a cluster
+    # (the CRD's defaults add rotation.replacementTimeoutSeconds, ...).
+    import yaml
+
+    from memoryguard_kuberay.core import commands
+
+    filled, _ = schema.admit({"apiVersion": "memoryguard.io/v1alpha1", "kind": "MemoryGuard",
+                              "metadata": {"name": "g", "namespace": "ns", "uid": "u", "resourceVersion": "7"},
+                              "spec": {**BASE, "policy": {"horizonSeconds": 3600}}}, OPENAPI, kind="MemoryGuard")
+    filled["status"] = {"summary": {"pods": 3}}
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(filled))
+    assert commands.load_guard_settings(str(path)).horizon_s == 3600
+
+
+@pytest.mark.parametrize("spec, says", [
+    ({**BASE, "polcy": {"horizonSeconds": 3600}}, "spec.polcy: unknown field (did you mean spec.policy?)"),
+    ({**BASE, "policy": {"horizonSecond": 3600}}, "did you mean spec.policy.horizonSeconds?"),
+    ({**BASE, "sampling": {"intervalSecs": 5}}, "spec.sampling.intervalSecs: unknown field"),
+    ({**BASE, "sampling": {"intervalSeconds": 5}, "policy": {"staleAfterSeconds": 1}},
+     "staleAfterSeconds"),  # out of bounds, said by the same reader as the operator's
+])
+def test_simulate_refuses_what_the_operator_would_with_the_nearest_name(tmp_path: Path, spec: dict[str, Any],
+                                                                       says: str) -> None:
+    import yaml
+
+    from memoryguard_kuberay.core import commands
+
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump({"spec": spec}))
+    with pytest.raises(commands.UsageError) as e:
+        commands.load_guard_settings(str(path))
+    assert says in str(e.value), str(e.value)

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import yaml
 
-from memoryguard_kuberay.core import scoring
+from memoryguard_kuberay.core import scoring, specfields
 from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
 from memoryguard_kuberay.core.simulate import Replay, replay
 from memoryguard_kuberay.core.tracegen import example_shapes, generate, labels_for, random_shapes
@@ -57,10 +57,22 @@ def load_guard_settings(path: str | None) -> PolicySettings:
     spec = doc.get("spec", doc) if doc.get("kind") in (None, "MemoryGuard") else None
     if not isinstance(spec, dict):
         raise UsageError(f"{path}: not a MemoryGuard (kind {doc.get('kind')!r})")
+    # The whole spec, read as the operator reads it (one table, specfields.py):
+    # a guard copied from `kubectl get -o yaml` replays as it is, with the
+    # defaults the server filled in; an unknown field is refused.
+    problems = specfields.unknown_fields(spec)
     try:
-        return PolicySettings.from_spec(spec)
+        settings = PolicySettings.from_spec(specfields.policy_part(spec))
     except SettingsError as exc:
-        raise UsageError(f"{path}: " + "; ".join(exc.problems)) from None
+        problems += exc.problems
+        settings = PolicySettings()
+    found = specfields.read(spec, settings)[1]
+    if "clusterSelector" not in spec:  # a policy alone is enough to replay; which clusters is the operator's
+        found = [p for p in found if not p.startswith("spec.clusterSelector")]
+    problems += found
+    if problems:
+        raise UsageError(f"{path}: " + "; ".join(problems))
+    return settings
 
 
 def load_traces(paths: Sequence[str]) -> list[Trace]:

@@ -10,13 +10,13 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from memoryguard_kuberay.core.trust import Trust
 from memoryguard_kuberay.operator import budgets, patches
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.groups import desired_replicas
 from memoryguard_kuberay.operator.guardspec import GuardSpec, SpecError, read_guard_spec
 from memoryguard_kuberay.operator.kube import ApiError, Conflict, Kube, NotFound
-from memoryguard_kuberay.operator.trust import Trust
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 Report = Callable[..., Awaitable[None]]  # (reason, message, also=[objects]) -> Event

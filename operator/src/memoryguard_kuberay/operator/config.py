@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from memoryguard_kuberay.operator import trust as tr
+from memoryguard_kuberay.core import trust as tr
 from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE
 
 

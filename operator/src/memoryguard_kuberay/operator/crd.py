@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
+from memoryguard_kuberay.core import specfields
 from memoryguard_kuberay.core.settings import CROSS_RULES, crd_properties
-from memoryguard_kuberay.operator import specfields
 
 GROUP = "memoryguard.io"
 VERSION = "v1alpha1"

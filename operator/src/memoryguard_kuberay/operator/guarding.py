@@ -25,6 +25,7 @@ from typing import Any
 
 from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide, urgency
 from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.core.trust import Trust
 from memoryguard_kuberay.operator import clusters, forensics, guardroster, remediation, rotation, sidecar_client
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator import status as st
@@ -39,7 +40,6 @@ from memoryguard_kuberay.operator.ledger import Ledger, OutcomeKind, Phase
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.podcache import PodCaches
 from memoryguard_kuberay.operator.remembered import Remembered
-from memoryguard_kuberay.operator.trust import Trust
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})

@@ -17,10 +17,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from memoryguard_kuberay.core import specfields
+from memoryguard_kuberay.core import trust as tr
 from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
-from memoryguard_kuberay.operator import specfields
-from memoryguard_kuberay.operator import trust as tr
-from memoryguard_kuberay.operator.specfields import (  # re-exported: the names callers know
+from memoryguard_kuberay.core.specfields import (  # re-exported: the names callers know
     DEFAULT_JEMALLOC_PATH,
     DEFAULT_MALLOC_CONF,
     DEFAULT_SIDECAR_IMAGE,
@@ -29,8 +29,6 @@ from memoryguard_kuberay.operator.specfields import (  # re-exported: the names 
 
 __all__ = ["DEFAULT_JEMALLOC_PATH", "DEFAULT_MALLOC_CONF", "DEFAULT_SIDECAR_IMAGE", "GuardSpec", "Mode", "SpecError",
            "read_guard_spec"]
-# The rotation fields the operator reads itself (the rest are the core's).
-_OPERATOR_ROTATION_KEYS = {f.path.split(".")[1] for f in specfields.FIELDS if f.path.startswith("rotation.")}
 
 
 class SpecError(ValueError):
@@ -113,16 +111,10 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
     limits on what a guard may put into pods (see trust.py); None where no
     operator acts on the spec (offline tools)."""
     spec = spec or {}
-    # Policy, rotation budgets, includeHead and dryRun: the core's table.
-    core_spec: dict[str, Any] = {k: spec[k] for k in ("policy", "includeHead", "dryRun") if k in spec}
-    rotation = spec.get("rotation")
-    if isinstance(rotation, Mapping):
-        core_spec["rotation"] = {k: v for k, v in rotation.items() if k not in _OPERATOR_ROTATION_KEYS}
-    elif rotation is not None:
-        core_spec["rotation"] = rotation
     problems: list[str] = []
     try:
-        policy = PolicySettings.from_spec(core_spec)
+        # Policy, rotation budgets, includeHead and dryRun: the core's table.
+        policy = PolicySettings.from_spec(specfields.policy_part(spec))
     except SettingsError as e:
         problems.extend(e.problems)
         policy = PolicySettings()

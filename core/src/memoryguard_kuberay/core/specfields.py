@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from memoryguard_kuberay.core import settings as core_settings
-from memoryguard_kuberay.operator import trust as tr
+from memoryguard_kuberay.core import trust as tr
 
 
 class Kind(str, enum.Enum):
@@ -369,6 +369,62 @@ def read(spec: Mapping[str, Any], policy: core_settings.PolicySettings) -> tuple
                             else "spec.clusterSelector needs names or matchLabels: a guard must say which "
                                  "RayClusters it guards")
     return values, problems
+
+
+# -- the whole spec ----------------------------------------------------------------------------
+# The rotation fields the operator reads itself (the rest of spec.rotation is the core's policy).
+OPERATOR_ROTATION_KEYS = frozenset(f.path.split(".")[1] for f in FIELDS if f.path.startswith("rotation."))
+_POLICY_TOP = ("policy", "includeHead", "dryRun")
+
+
+def policy_part(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a spec the core's policy settings read (``PolicySettings.from_spec``)."""
+    out: dict[str, Any] = {k: spec[k] for k in _POLICY_TOP if k in spec}
+    rotation = spec.get("rotation")
+    if isinstance(rotation, Mapping):
+        out["rotation"] = {k: v for k, v in rotation.items() if k not in OPERATOR_ROTATION_KEYS}
+    elif rotation is not None:
+        out["rotation"] = rotation
+    return out
+
+
+def _known_tree() -> dict[str, Any]:
+    """Every field of the spec as a tree of names (None: a leaf or a free map)."""
+    tree: dict[str, Any] = {}
+    paths = [f.path for f in FIELDS] + [
+        f"{s.section + '.' if s.section else ''}{s.name}" for s in core_settings.SETTINGS_TABLE]
+    for path in paths:
+        node = tree
+        *parents, leaf = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = None
+    return tree
+
+
+KNOWN = _known_tree()
+
+
+def unknown_fields(spec: Mapping[str, Any]) -> list[str]:
+    """Fields the spec has that no table knows, each with the nearest known
+    name: a server prunes them (or refuses them, as kubectl asks), and a
+    misspelt ``polcy:`` would otherwise leave every default in force."""
+    import difflib
+
+    out: list[str] = []
+
+    def walk(node: Mapping[str, Any], known: Mapping[str, Any], where: str) -> None:
+        for key in list(node)[:200]:
+            name = str(key)
+            if name not in known:
+                near = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+                hint = f" (did you mean {where}.{near[0]}?)" if near else ""
+                out.append(f"{where}.{name[:60]}: unknown field{hint}")
+            elif isinstance(known[name], Mapping) and isinstance(node[key], Mapping):
+                walk(node[key], known[name], f"{where}.{name}")
+
+    walk(spec, KNOWN, "spec")
+    return out
 
 
 # -- the docs -------------------------------------------------------------------------------
