@@ -133,3 +133,25 @@ def test_record_refuses_a_bad_url_or_output_before_fetching(tmp_path: Path) -> N
         _said_once(mg("record", "--url", _serve_once(b'{"samples":[]}'), target), *words)
     finally:
         locked.chmod(0o700)
+
+
+def test_daily_commands_say_a_sentence_not_a_traceback(tmp_path: Path) -> None:
+    # Issue 26: each of these ended in a traceback (or wrote nothing silently).
+    exe = str(Path(sys.executable).parent / "memoryguard-kuberay")
+    a_file = tmp_path / "x.csv"
+    a_file.write_text("")
+    env_none = {"KUBECONFIG": str(tmp_path / "absent"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    cases = [
+        ([exe, "operator"], {**env_none, "MEMORYGUARD_METRICS_PORT": "abc"}, "MEMORYGUARD_METRICS_PORT='abc'"),
+        ([exe, "operator"], env_none, "no Kubernetes credentials"),
+        ([exe, "forensics", "pod"], env_none, "no Kubernetes credentials"),
+        ([exe, "uninstall"], env_none, "no Kubernetes credentials"),
+        ([exe, "sidecar"], {**env_none, "MEMORYGUARD_INTERVAL": "abc"}, "invalid float value: 'abc'"),
+        ([exe, "gen-traces", str(a_file)], env_none, "exists and is not a directory"),
+        ([exe, "gen-traces", "--random", "-1", str(tmp_path / "d")], env_none, "must be 1 or more"),
+    ]
+    for cmd, env, says in cases:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, (cmd, out.stderr[-800:])
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+    assert version.returncode == 0 and version.stdout.startswith("memoryguard-kuberay 0.")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay", description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--version", action="version", version=f"memoryguard-kuberay {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("simulate", help="replay memory traces through the policy, offline")
@@ -34,8 +35,9 @@ def _parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("gen-traces", help="write synthetic traces and labels.json")
     g.add_argument("out_dir", metavar="DIR")
-    g.add_argument("--random", type=int, metavar="N", help="N pods from wide random ranges (default: the examples)")
-    g.add_argument("--seed", type=int, default=7)  # commands.EXAMPLES_SEED: the examples
+    g.add_argument("--random", type=_positive_int, metavar="N",
+                   help="N pods (1 or more) from wide random ranges (default: the examples)")
+    g.add_argument("--seed", type=int, default=7, help="random seed (default 7: the examples)")
 
     # Listed for --help; their own parsers take their arguments (see main).
     sub.add_parser("sidecar", help="run the sidecar (reads the Ray container's memory, serves samples)")
@@ -45,6 +47,25 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("forensics", help="print the evidence kept before a pod was rotated ([-n NS] POD, or --guard G)")
     sub.add_parser("demo", help="the whole system on an emulated cluster, accelerated (the [demo] extra)")
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {n}")
+    return n
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("memoryguard-kuberay-core")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed as a distribution)"
 
 
 # Subcommands with parsers of their own: everything after the name is theirs.
@@ -98,6 +119,15 @@ def _passthrough(command: str, rest: list[str]) -> int:
         return operator_main.main(rest)
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        # Only the core is installed: say which extra brings the command.
+        if not (exc.name or "").startswith(("memoryguard_kuberay.", "kopf", "kubernetes", "aiohttp", "psutil",
+                                            "prometheus_client", "ray")):
+            raise
+        extra = {"sidecar": "sidecar", "record": "sidecar", "demo": "demo"}.get(command, "operator")
+        print(f"memoryguard-kuberay {command} needs the [{extra}] extra: pip install 'memoryguard-kuberay[{extra}]' "
+              f"({exc.name} is not installed)", file=sys.stderr)
+        return 2
 
 
 def _demo(rest: list[str]) -> int:

@@ -182,7 +182,12 @@ def bench(directory: str, *, labels_path: str | None, guard: str | None, as_json
 def gen_traces(out_dir: str, *, random_n: int | None, seed: int, progress: IO[str] = sys.stderr) -> int:
     shapes = random_shapes(random_n, seed) if random_n else example_shapes(seed)
     d = Path(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
+    if d.exists() and not d.is_dir():
+        raise UsageError(f"{out_dir}: exists and is not a directory (gen-traces writes a folder of traces)")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{out_dir}: {exc.strerror or exc}") from None
     labels: dict[str, object] = {}
     for shape in shapes:
         samples = list(generate(shape))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from memoryguard_kuberay.core import trust as tr
 from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE
@@ -29,11 +31,28 @@ class OperatorConfig:
     max_guards_per_namespace: int = 50  # newer guards beyond it are refused (guardroster.py)
 
 
-def from_env(env: dict[str, str] | None = None) -> OperatorConfig:
+class ConfigError(ValueError):
+    """A MEMORYGUARD_* variable the operator cannot use; the message names it."""
+
+
+def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
+    """Read and check every variable at once, at start: a bad one is a
+    ConfigError naming it (the process exits saying so, and a pod
+    crash-loops visibly instead of retrying forever)."""
     e = os.environ if env is None else env
 
     def get(name: str, default: str) -> str:
         return e.get("MEMORYGUARD_" + name, default)
+
+    def number(name: str, default: str, kind: type, lo: float, hi: float) -> Any:
+        raw = get(name, default)
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise ConfigError(f"MEMORYGUARD_{name}={raw[:40]!r}: not a {'whole ' if kind is int else ''}number") from None
+        if not lo <= value <= hi:
+            raise ConfigError(f"MEMORYGUARD_{name}={raw[:40]!r}: must be within [{lo:g}, {hi:g}]")
+        return value
 
     epoch = get("EPOCH", "")
     image = get("SIDECAR_IMAGE", DEFAULT_SIDECAR_IMAGE)
@@ -42,17 +61,17 @@ def from_env(env: dict[str, str] | None = None) -> OperatorConfig:
     policy_port = get("POLICY_SIDECAR_PORT", "")
     trust = tr.Trust(sidecar_images=images or (tr.repository(image),),
                      jemalloc_paths=paths or tr.DEFAULT_JEMALLOC_PATHS,
-                     policy_port=int(policy_port) if policy_port else None)
+                     policy_port=number("POLICY_SIDECAR_PORT", policy_port, int, 1, 65535) if policy_port else None)
     return OperatorConfig(
         metrics_host=get("METRICS_HOST", "0.0.0.0"),
-        metrics_port=int(get("METRICS_PORT", "8080")),
-        api_timeout_s=float(get("API_TIMEOUT_SECONDS", "30")),
-        watch_timeout_s=int(get("WATCH_TIMEOUT_SECONDS", "300")),
+        metrics_port=number("METRICS_PORT", "8080", int, 0, 65535),
+        api_timeout_s=number("API_TIMEOUT_SECONDS", "30", float, 0.1, 3600),
+        watch_timeout_s=number("WATCH_TIMEOUT_SECONDS", "300", int, 1, 86400),
         drain=get("DRAIN", "true").lower() in ("1", "true", "yes"),
-        drain_rpc_timeout_s=float(get("DRAIN_RPC_TIMEOUT_SECONDS", "15")),
-        time_scale=float(get("TIME_SCALE", "1")),
-        epoch=float(epoch) if epoch else None,
+        drain_rpc_timeout_s=number("DRAIN_RPC_TIMEOUT_SECONDS", "15", float, 0.1, 3600),
+        time_scale=number("TIME_SCALE", "1", float, 0.001, 1e6),
+        epoch=number("EPOCH", epoch, float, 0, 1e11) if epoch else None,
         sidecar_image=image,
         trust=trust,
-        max_guards_per_namespace=int(get("MAX_GUARDS_PER_NAMESPACE", "50")),
+        max_guards_per_namespace=number("MAX_GUARDS_PER_NAMESPACE", "50", int, 1, 10000),
     )

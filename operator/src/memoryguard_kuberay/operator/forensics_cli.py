@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from memoryguard_kuberay.core.units import fmt_bytes
 from memoryguard_kuberay.operator import forensics as fx
-from memoryguard_kuberay.operator.kube import ApiError, Kube, load_credentials
+from memoryguard_kuberay.operator.kube import ApiError, Kube, NoCredentials, load_credentials
 
 
 def render(doc: Mapping[str, Any], *, configmap: str, out: IO[str]) -> None:
@@ -94,6 +94,9 @@ def main(argv: Sequence[str], out: IO[str] = sys.stdout) -> int:
 
     try:
         found = asyncio.run(run())
+    except NoCredentials as e:
+        print(f"memoryguard-kuberay forensics: {e}", file=sys.stderr)
+        return 2
     except (ApiError, OSError) as e:
         print(f"memoryguard-kuberay forensics: {e}", file=sys.stderr)
         return 1

@@ -31,8 +31,10 @@ STOP_WAIT_S = 30.0
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     """All kopf settings, and what every guard shares: ``memo.ctx`` (kopf
-    hands each object's handlers a copy of the operator's memo)."""
-    cfg = config.from_env()
+    hands each object's handlers a copy of the operator's memo). The
+    settings and credentials were read and checked once, before kopf
+    started (main.py: ``memo.cfg``, ``memo.credentials``)."""
+    cfg: config.OperatorConfig = memo.get("cfg") or config.from_env()
     # Progress and diff-base in annotations under our own prefix: the status
     # is ours, for users to read.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="memoryguard.io")
@@ -52,7 +54,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         from prometheus_client import start_http_server
 
         start_http_server(cfg.metrics_port, addr=cfg.metrics_host, registry=metrics.registry)
-    kube = Kube(load_credentials(), timeout_s=cfg.api_timeout_s)
+    kube = Kube(memo.get("credentials") or load_credentials(), timeout_s=cfg.api_timeout_s)
     drainer = RayGcsDrainer(rpc_timeout_s=cfg.drain_rpc_timeout_s) if cfg.drain else NoDrainer()
     events = EventPoster(kube)
     events.start()

@@ -15,6 +15,7 @@ import dataclasses
 import datetime
 import enum
 import json as _json
+import os
 import ssl
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
@@ -139,6 +140,10 @@ class Credentials:
     verify: bool = True
 
 
+class NoCredentials(RuntimeError):
+    """Neither in a pod nor a usable kubeconfig; the message says which file."""
+
+
 def load_credentials() -> Credentials:
     """In-cluster service account, else $KUBECONFIG / ~/.kube/config, read
     by the official client's loader (which knows every auth plugin)."""
@@ -147,7 +152,12 @@ def load_credentials() -> Credentials:
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+            where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+            raise NoCredentials(f"no Kubernetes credentials: not in a pod, and {where}: "
+                                f"{str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}") from None
     c = client.Configuration.get_default_copy()
     token = (c.api_key or {}).get("authorization") or (c.api_key or {}).get("BearerToken")
     if token and token.lower().startswith("bearer "):

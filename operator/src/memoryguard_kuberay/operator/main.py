@@ -41,13 +41,24 @@ def main(argv: Sequence[str]) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import kopf
 
-    from memoryguard_kuberay.operator import handlers  # noqa: F401  (registers the handlers)
+    from memoryguard_kuberay.operator import config, handlers  # noqa: F401  (registers the handlers)
+    from memoryguard_kuberay.operator.kube import NoCredentials, load_credentials
+
+    # One settings object for the process, read and checked before anything
+    # starts: a bad variable or no credentials is one line and exit 2.
+    try:
+        cfg = config.from_env()
+        credentials = load_credentials()
+    except (config.ConfigError, NoCredentials) as exc:
+        print(f"memoryguard-kuberay operator: {exc}", file=sys.stderr)
+        return 2
 
     namespaces: list[str] = list(a.namespace)
     standalone = a.standalone or a.leader_elect
 
     def operator() -> Coroutine[Any, Any, None]:
         return kopf.operator(
+            memo=kopf.Memo(cfg=cfg, credentials=credentials),
             standalone=standalone, peering_name=None if standalone else a.peering, priority=a.priority,
             namespaces=namespaces, clusterwide=not namespaces, liveness_endpoint=os.environ.get(
                 "MEMORYGUARD_LIVENESS_ENDPOINT") or None)

@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from memoryguard_kuberay.operator.kube import ApiError, Kube, load_credentials
+from memoryguard_kuberay.operator.kube import ApiError, Kube, NoCredentials, load_credentials
 
 log = logging.getLogger("memoryguard.uninstall")
 
@@ -67,6 +67,9 @@ def main(argv: Sequence[str]) -> int:
 
     try:
         left = asyncio.run(run())
+    except NoCredentials as e:
+        print(f"memoryguard-kuberay uninstall: {e}", file=sys.stderr)
+        return 2
     except ApiError as e:
         print(f"memoryguard-kuberay uninstall: {e}", file=sys.stderr)
         return 1

@@ -45,8 +45,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay sidecar",
                                 description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("--listen", default=_env("listen", "0.0.0.0:9108"), help="HOST:PORT to serve on")
-    p.add_argument("--interval", type=float, default=float(_env("interval", 5)), help="seconds between samples")
-    p.add_argument("--window", type=float, default=float(_env("window", 3600)), help="seconds of samples kept")
+    p.add_argument("--interval", type=float, default=_env("interval", str(5)), help="seconds between samples")
+    p.add_argument("--window", type=float, default=_env("window", str(3600)), help="seconds of samples kept")
     p.add_argument("--cgroup-root", default=_env("cgroup_root", None), help="read this cgroup directory")
     p.add_argument("--proc-root", default=_env("proc_root", "/proc"), help="find the Ray processes here")
     p.add_argument("--ray-process-pattern", default=_env("ray_process_pattern", DEFAULT_PATTERN),
@@ -55,14 +55,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="the Ray container's limit (downward API), for the smaps fallback")
     p.add_argument("--ray-metrics-url", default=_env("ray_metrics_url", "http://127.0.0.1:8080/metrics"),
                    help="the raylet's Prometheus endpoint ('' to skip the object store)")
-    p.add_argument("--ray-metrics-interval", type=float, default=float(_env("ray_metrics_interval", 10)),
+    p.add_argument("--ray-metrics-interval", type=float, default=_env("ray_metrics_interval", str(10)),
                    help="minimum seconds between object store scrapes (Ray refreshes about every 10 s)")
     p.add_argument("--shm-path", default=_env("shm_path", "/dev/shm"))
-    p.add_argument("--max-connections", type=int, default=int(_env("max_connections", MAX_CONNECTIONS)),
+    p.add_argument("--max-connections", type=int, default=_env("max_connections", str(MAX_CONNECTIONS)),
                    help="open connections at most; past it the longest idle one is closed for a new one")
     p.add_argument("--replay", default=_env("replay", None), metavar="TRACE.csv",
                    help="serve a recorded trace as if live instead of reading memory")
-    p.add_argument("--speed", type=float, default=float(_env("speed", 1)), help="replay time scale")
+    p.add_argument("--speed", type=float, default=_env("speed", str(1)), help="replay time scale")
     p.add_argument("--epoch", type=float, default=_env("epoch", None),
                    help="replay: unix time at which the accelerated clock equals the wall clock (default: now)")
     p.add_argument("--start", type=float, default=_env("start", None),
