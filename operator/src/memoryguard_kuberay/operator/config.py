@@ -49,7 +49,8 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         try:
             value = kind(raw)
         except ValueError:
-            raise ConfigError(f"MEMORYGUARD_{name}={raw[:40]!r}: not a {'whole ' if kind is int else ''}number") from None
+            what = "whole number" if kind is int else "number"
+            raise ConfigError(f"MEMORYGUARD_{name}={raw[:40]!r}: not a {what}") from None
         if not lo <= value <= hi:
             raise ConfigError(f"MEMORYGUARD_{name}={raw[:40]!r}: must be within [{lo:g}, {hi:g}]")
         return value
