@@ -3,7 +3,7 @@ cluster, on a laptop, in about a minute and a half.
 
 Real: the operator process, one sidecar process per pod (replaying recorded
 behaviour at its own loopback address), the policy. Emulated: the Kubernetes
-API server and KubeRay (tests/emulator), which the screen says. The clock
+API server and KubeRay (the devkit's ``emulator`` package), which the screen says. The clock
 runs ``--speed`` times faster for everyone.
 """
 
@@ -97,7 +97,7 @@ class Demo:
         pods = (g.get("status") or {}).get("pods") or {}
         t = w.clock() - w.epoch
         out = ["MemoryGuard demo: the operator, the sidecars and the policy are real; the Kubernetes API server and",
-               "KubeRay are emulated (tests/emulator). Clock: "
+               "KubeRay are emulated (devkit/.../emulator). Clock: "
                f"{self.args.speed:.0f}x, {t / 3600:.1f} h of {story_end / 3600:.1f} h simulated.", ""]
         out.append(f"{'worker':<38} {'replays':<23} {'working set':>17} {'trend':>11} {'OOM in':>8}  verdict")
         for name in sorted(pods):

@@ -46,7 +46,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                                 description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("--listen", default=_env("listen", "0.0.0.0:9108"), help="HOST:PORT to serve on")
     p.add_argument("--interval", type=float, default=_env("interval", str(5)), help="seconds between samples")
-    p.add_argument("--window", type=float, default=_env("window", str(3600)), help="seconds of samples kept")
+    # Four hours: the policy's trend needs more than two (trendMinSpanSeconds).
+    p.add_argument("--window", type=float, default=_env("window", str(14400)),
+                   help="seconds of samples kept (default 14400: 4 h, as the docs say)")
     p.add_argument("--cgroup-root", default=_env("cgroup_root", None), help="read this cgroup directory")
     p.add_argument("--proc-root", default=_env("proc_root", "/proc"), help="find the Ray processes here")
     p.add_argument("--ray-process-pattern", default=_env("ray_process_pattern", DEFAULT_PATTERN),

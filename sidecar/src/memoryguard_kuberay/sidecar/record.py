@@ -87,13 +87,21 @@ def main(argv: Sequence[str]) -> int:
                                 description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("--url", required=True, help="the sidecar, e.g. http://10.0.0.12:9108")
     p.add_argument("out", metavar="OUT.csv")
-    p.add_argument("--follow", type=float, default=0.0, metavar="SECONDS", help="keep polling this long")
-    p.add_argument("--poll", type=float, default=15.0, metavar="SECONDS")
+    p.add_argument("--follow", type=float, default=0.0, metavar="SECONDS",
+                   help="keep polling for this long, then write what came (default 0: one fetch)")
+    p.add_argument("--poll", type=float, default=None, metavar="SECONDS",
+                   help="seconds between polls while following (default 15, or less to fit --follow)")
     a = p.parse_args(list(argv))
     problem = _url_problem(a.url) or _out_problem(a.out)  # checked before fetching: nothing fetched is lost
     if problem:
         print(f"memoryguard-kuberay record: {problem}", file=sys.stderr)
         return 2
+    if a.follow < 0 or (a.poll is not None and a.poll <= 0):
+        print("memoryguard-kuberay record: --follow must be 0 or more and --poll positive", file=sys.stderr)
+        return 2
+    # A follow shorter than the poll interval still polls more than once:
+    # the interval shrinks to fit (record --follow 6 fetched once before).
+    poll = a.poll if a.poll is not None else min(15.0, max(1.0, a.follow / 3)) if a.follow else 15.0
     samples: list[Sample] = []
     deadline = time.monotonic() + a.follow
     try:
@@ -101,10 +109,12 @@ def main(argv: Sequence[str]) -> int:
             since = samples[-1].time_s if samples else None
             new = [s for s in fetch(a.url, since) if since is None or s.time_s > since]
             samples.extend(new)
-            print(f"recorded {len(samples)} samples", file=sys.stderr)
-            if time.monotonic() + a.poll > deadline:
+            left = deadline - time.monotonic()
+            print(f"recorded {len(samples)} samples" + (f", following {left:.0f} s more" if left > 0 else ""),
+                  file=sys.stderr)
+            if left <= 0:
                 break
-            time.sleep(a.poll)
+            time.sleep(min(poll, left))
     except (urllib.error.URLError, OSError, AnswerError, ValueError) as exc:
         if not samples:
             print(f"memoryguard-kuberay record: {a.url}: {exc}", file=sys.stderr)
