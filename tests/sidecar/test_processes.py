@@ -106,3 +106,22 @@ def test_secret_shaped_arguments_are_never_served() -> None:
 ])
 def test_redact(cmd: str, served: str) -> None:
     assert processes.redact(cmd) == served
+
+
+def test_a_simulated_pod_lists_only_its_own_processes() -> None:
+    # Issue 24: the demo's evidence listed this machine's processes, other
+    # users' command lines included. In session scope, only the sidecar's own.
+    import subprocess as sp
+
+    from ..procs import VENV_BIN, free_port, stop
+
+    port = free_port("127.0.0.35")
+    proc = sp.Popen([str(VENV_BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"127.0.0.35:{port}",
+                     "--interval", "1", "--ray-metrics-url", "", "--process-scope", "session"],
+                    stdout=sp.DEVNULL, stderr=sp.DEVNULL, start_new_session=True)
+    try:
+        with crowd(3):
+            doc = wait_until(lambda: get_json(f"http://127.0.0.35:{port}/v1/processes"), 20, what="a process table")
+        assert [r["pid"] for r in doc["processes"]] == [proc.pid], doc["processes"]
+    finally:
+        stop(proc)

@@ -60,6 +60,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--ray-metrics-interval", type=float, default=_env("ray_metrics_interval", str(10)),
                    help="minimum seconds between object store scrapes (Ray refreshes about every 10 s)")
     p.add_argument("--shm-path", default=_env("shm_path", "/dev/shm"))
+    p.add_argument("--process-scope", choices=("pod", "session"), default=_env("process_scope", "pod"),
+                   help="which processes /v1/processes lists: every one it sees (pod: in a pod, the pod's), or "
+                        "only its own session's (session: a simulated pod on a shared machine)")
     p.add_argument("--max-connections", type=int, default=_env("max_connections", str(MAX_CONNECTIONS)),
                    help="open connections at most; past it the longest idle one is closed for a new one")
     p.add_argument("--replay", default=_env("replay", None), metavar="TRACE.csv",
@@ -188,7 +191,8 @@ class Sidecar(Routes, sidecar_metrics.StateView):
             return None
         self._scanning = True
         try:
-            doc = await asyncio.to_thread(top_processes, proc_root=self.args.proc_root)
+            session = os.getsid(0) if self.args.process_scope == "session" else None
+            doc = await asyncio.to_thread(top_processes, proc_root=self.args.proc_root, session=session)
         finally:
             self._scanning = False
         doc = {"time": time.time(), **doc}

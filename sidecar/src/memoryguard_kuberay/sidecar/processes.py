@@ -79,12 +79,21 @@ def _one(pid: int) -> ProcessMemory | None:
     return ProcessMemory(pid, name, int(mem.uss), int(mem.pss), int(mem.rss), cmd)
 
 
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
 def top_processes(*, proc_root: str = "/proc", limit: int = LIMIT, max_scan: int = MAX_SCAN,
                   budget_s: float = BUDGET_S, exclude: frozenset[int] = frozenset(),
-                  clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+                  clock: Callable[[], float] = time.monotonic, session: int | None = None) -> dict[str, Any]:
     """The ``limit`` processes with the most unique memory (USS), and how
     the scan went: how many there were, how many were read, and why the scan
-    stopped early if it did."""
+    stopped early if it did. ``session``: only the processes of that session
+    (a simulated pod on a shared machine, where /proc is everyone's; in a
+    real pod the PID namespace is the pod's)."""
     t0 = clock()
     psutil.PROCFS_PATH = proc_root  # the sidecar has one process root
     try:
@@ -92,7 +101,10 @@ def top_processes(*, proc_root: str = "/proc", limit: int = LIMIT, max_scan: int
     except OSError as e:
         return {"processes": [], "total": 0, "scanned": 0, "stopped": f"cannot list {proc_root}: {e}",
                 "took_s": round(clock() - t0, 3)}
-    exclude = exclude | {os.getpid()}
+    if session is None:
+        exclude = exclude | {os.getpid()}
+    else:
+        pids = [p for p in pids if _session_of(p) == session]
     rows: list[ProcessMemory] = []
     scanned = 0
     stopped = None

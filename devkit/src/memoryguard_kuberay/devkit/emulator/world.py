@@ -118,7 +118,8 @@ class World:
             str(BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"{ip}:{port}", "--replay", str(trace),
             "--speed", str(self.speed), "--epoch", str(self.epoch), "--start", str(start),
             "--interval", "1", "--window", "21600", "--pod-uid", pod["metadata"]["uid"], "--pod-name", name,
-            stdout=log, stderr=log)
+            # A pod of its own: its evidence lists its session's processes, never this machine's others.
+            "--process-scope", "session", stdout=log, stderr=log, start_new_session=True)
         sc = SidecarProcess(proc, f"http://{ip}:{port}", start, Path(trace))
         self.sidecars[name] = sc
         if self.proxied:
