@@ -155,3 +155,29 @@ def test_daily_commands_say_a_sentence_not_a_traceback(tmp_path: Path) -> None:
         assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, (cmd, out.stderr[-800:])
     version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
     assert version.returncode == 0 and version.stdout.startswith("memoryguard-kuberay 0.")
+
+
+@pytest.mark.parametrize("rows, says", [
+    ("t_s,memory_current,memory_max,inactive_file\n0,1,10,abc\n",
+     "x.csv:2: column inactive_file: 'abc' is not a number"),
+    ("t_s,memory_current,memory_max,inactive_file\n0,1,10,0\n5,-3,10,0\n", "x.csv:3: column memory_current: -3 is "
+                                                                          "negative"),
+])
+def test_a_bad_cell_names_its_file_line_and_column(tmp_path: Path, rows: str, says: str) -> None:
+    from memoryguard_kuberay.core.traces import TraceError, read_trace
+
+    (tmp_path / "x.csv").write_text(rows)
+    with pytest.raises(TraceError) as e:
+        read_trace(tmp_path / "x.csv")
+    assert says in str(e.value)
+
+
+def test_a_trace_the_policy_cannot_judge_says_so(tmp_path: Path) -> None:
+    # Issue 26: a trace without inactive_file climbing to 99% of its limit
+    # never rotated and said nothing ("first rotation at -").
+    rows = "t_s,memory_current,memory_max\n" + "".join(f"{i * 60},{i * 10**8},{10**10}\n" for i in range(100))
+    (tmp_path / "climb.csv").write_text(rows)
+    out = subprocess.run([str(Path(sys.executable).parent / "memoryguard-kuberay"), "simulate",
+                          str(tmp_path / "climb.csv")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert "no inactive_file column: the working set (memory_current - inactive_file) is unknown" in out.stderr

@@ -67,7 +67,7 @@ def test_behaviours_drawn_afresh(behaviour: str) -> None:
 
 
 def test_trace_round_trip_keeps_unknowns() -> None:
-    text = "t_s,memory_current,memory_max,inactive_file,psi_full_avg10\n0,100,,10,\n15,garbage,200,10,1.5\n"
+    text = "t_s,memory_current,memory_max,inactive_file,psi_full_avg10\n0,100,,10,\n15,,200,10,1.5\n"
     samples = list(iter_samples(io.StringIO(text)))
     assert samples[0].memory_max_bytes is None and samples[0].working_set_bytes == 90
     assert samples[1].memory_current_bytes is None and samples[1].psi_full_avg10_pct == 1.5
@@ -79,7 +79,9 @@ def test_trace_round_trip_keeps_unknowns() -> None:
 
 @pytest.mark.parametrize(
     "text, says",
-    [("", "empty file"), ("a,b\n1,2\n", "missing column"), ("t_s,memory_current\nx,1\n", ":2: row without")],
+    [("", "empty file"), ("a,b\n1,2\n", "missing column"),
+     ("t_s,memory_current\nx,1\n", ":2: column t_s: 'x' is not a number"),
+     ("t_s,memory_current\n0,garbage\n", ":2: column memory_current: 'garbage' is not a number")],
 )
 def test_bad_traces_say_where(text: str, says: str) -> None:
     with pytest.raises(TraceError, match=says):

@@ -109,6 +109,9 @@ def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: st
     settings = load_guard_settings(guard)
     traces = load_traces(paths)
     results: list[tuple[Trace, Replay]] = []
+    for tr in traces:
+        for warning in tr.warnings:
+            print(f"warning: {warning}", file=progress)
     for i, tr in enumerate(traces, 1):
         if not as_json and len(traces) > 3:
             print(f"[{i}/{len(traces)}] {tr.name} ({len(tr.samples)} samples)", file=progress)

@@ -1,9 +1,12 @@
 """Trace files: the CSV format of ``shared/traces`` (one row per sample,
 ``t_s`` seconds since the pod started, bytes as integers).
 
-Reading is strict about structure (a missing column is an error that names
-the file and the column) and lenient about values (an empty or garbage cell
-is an unknown reading, as the sidecar would report it).
+Reading is strict: a missing column the replay needs, or a cell that is
+not a number (or is negative), is an error naming the file, the line and the
+column. An empty cell is an unknown reading, as the sidecar would report it;
+a column the policy needs to judge memory that is absent or empty on every
+row is said in ``Trace.warnings`` (the replay would otherwise never act, and
+say nothing).
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from memoryguard_kuberay.core.samples import TRACE_COLUMNS, Sample
+from memoryguard_kuberay.core.samples import TRACE_COLUMNS, WIRE_FIELDS, Sample, _number
+
+_ATTR = {"t_s": "time_s", **{wire: attr for wire, attr in WIRE_FIELDS}}
 
 
 class TraceError(ValueError):
@@ -26,6 +31,30 @@ class TraceError(ValueError):
 class Trace:
     name: str  # file name without .csv
     samples: tuple[Sample, ...]
+    warnings: tuple[str, ...] = ()  # what the replay will not be able to judge, and why
+
+
+# The working set is memory_current - inactive_file (as the kubelet computes
+# it); without either, or without the limit, the policy judges no memory.
+NEEDED_FOR_MEMORY = {
+    "inactive_file": "the working set (memory_current - inactive_file) is unknown: the policy judges no memory, "
+                     "only the object store",
+    "memory_max": "no limit is known: no threshold, no projected OOM",
+}
+
+
+def blind_spots(samples: Iterable[Sample], columns: Iterable[str], source: str) -> tuple[str, ...]:
+    """Warnings for the columns the policy needs that the trace lacks or
+    leaves empty on every row."""
+    rows = list(samples)
+    have = set(columns)
+    out = []
+    for column, why in NEEDED_FOR_MEMORY.items():
+        if column not in have:
+            out.append(f"{source}: no {column} column: {why}")
+        elif rows and all(getattr(s, _ATTR[column]) is None for s in rows):
+            out.append(f"{source}: column {column} is empty on every row: {why}")
+    return tuple(out)
 
 
 def iter_samples(stream: IO[str], *, source: str = "<stream>") -> Iterator[Sample]:
@@ -46,6 +75,15 @@ def iter_samples(stream: IO[str], *, source: str = "<stream>") -> Iterator[Sampl
     lineno = 1
     try:
         for lineno, row in enumerate(reader, start=2):
+            for column in fields:
+                raw = row.get(column)
+                if column not in _ATTR or raw in (None, ""):
+                    continue
+                value = _number(raw)
+                if value is None:
+                    raise TraceError(f"{source}:{lineno}: column {column}: {str(raw)[:40]!r} is not a number")
+                if value < 0:
+                    raise TraceError(f"{source}:{lineno}: column {column}: {str(raw)[:40]} is negative")
             try:
                 s = Sample.from_trace_row(row)
             except (ValueError, OverflowError) as exc:
@@ -68,11 +106,13 @@ def read_trace(path: str | Path) -> Trace:
             raise TraceError(f"{p}: not a regular file" if p.exists() else f"{p}: No such file")
         with p.open(newline="", encoding="utf-8") as f:
             samples = tuple(iter_samples(f, source=str(p)))
+        with p.open(newline="", encoding="utf-8") as f:
+            columns = next(csv.reader(f), [])
     except OSError as exc:
         raise TraceError(f"{p}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise TraceError(f"{p}: not a UTF-8 text file (byte {exc.start}): is it a trace CSV?") from None
-    return Trace(name=p.stem, samples=samples)
+    return Trace(name=p.stem, samples=samples, warnings=blind_spots(samples, columns, str(p)))
 
 
 def write_trace(samples: Iterable[Sample], stream: IO[str]) -> int:
