@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.parse
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -132,29 +133,32 @@ def test_the_injected_sidecar_must_name_its_pod() -> None:
     assert len(sidecar_client.parse(named, latency_s=0, now_s=NOW, pod_uid="u-mine", require_uid=True).samples) == 1
 
 
-async def test_paged_answers_are_followed_within_the_page_limit() -> None:
-    import asyncio
-    import urllib.parse
+class _Pages:
+    """A loopback sidecar answering each ``/v1/samples?since=`` with what
+    ``page(since)`` gives, and ``more: true``; ``asked`` records each since."""
 
-    asked: list[float | None] = []
+    def __init__(self, page: Any) -> None:
+        self.page, self.asked = page, []  # type: ignore[var-annotated]
 
-    async def pages(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = (await reader.readuntil(b"\r\n\r\n")).decode()
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(head.split(" ")[1]).query)
         since = float(query["since"][0]) if "since" in query else None
-        asked.append(since)
-        start = (since or NOW - 1000) + 1
-        body = json.dumps({"samples": [_sample(start + i) for i in range(10)], "more": True}).encode()
+        self.asked.append(since)
+        body = json.dumps({"samples": self.page(since), "more": True}).encode()
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(pages, "127.0.0.31", 0)
+
+async def test_paged_answers_are_followed_within_the_page_limit() -> None:
+    pages = _Pages(lambda since: [_sample((since or NOW - 1000) + 1 + i) for i in range(10)])
+    server = await asyncio.start_server(pages.handle, "127.0.0.31", 0)
     port = server.sockets[0].getsockname()[1]
     async with server:
         p = await sidecar_client.poll("127.0.0.31", port, None, timeout_s=5, now=lambda: NOW, max_pages=3,
                                       oldest_s=NOW - 500)
-    assert asked == [NOW - 500, NOW - 490, NOW - 480]  # from the window's start, then from each last sample
+    assert pages.asked == [NOW - 500, NOW - 490, NOW - 480]  # from the window's start, then from each last sample
     assert len(p.samples) == 30 and p.more
 
 
@@ -162,27 +166,15 @@ async def test_pages_share_one_budget_per_poll() -> None:
     # Issue 24: each page within the caps, `more: true` page after page, was
     # 32,000 samples a poll. Now a poll stops at MAX_POLL_SAMPLES across its
     # pages; the rest comes with the next poll, from its last sample.
-    asked: list[float | None] = []
-
-    async def pages(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = (await reader.readuntil(b"\r\n\r\n")).decode()
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(head.split(" ")[1]).query)
-        since = float(query["since"][0]) if "since" in query else NOW - 7000
-        asked.append(since)
-        samples = [_sample(since + 0.001 * (i + 1)) for i in range(sidecar_client.MAX_SAMPLES - 1)]
-        body = json.dumps({"samples": samples, "more": True}).encode()
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(pages, "127.0.0.31", 0)
+    pages = _Pages(lambda since: [_sample(since + 0.001 * (i + 1)) for i in range(sidecar_client.MAX_SAMPLES - 1)])
+    server = await asyncio.start_server(pages.handle, "127.0.0.31", 0)
     port = server.sockets[0].getsockname()[1]
     async with server:
         first = await sidecar_client.poll("127.0.0.31", port, None, timeout_s=5, now=lambda: NOW,
                                           oldest_s=NOW - 7000)
         second = await sidecar_client.poll("127.0.0.31", port, first.samples[-1].time_s, timeout_s=5,
                                            now=lambda: NOW, oldest_s=NOW - 7000)
-    assert len(first.samples) == sidecar_client.MAX_POLL_SAMPLES and first.more and len(asked) == 2 + 2
+    assert len(first.samples) == sidecar_client.MAX_POLL_SAMPLES and first.more and len(pages.asked) == 2 + 2
     assert second.samples[0].time_s > first.samples[-1].time_s  # the next poll goes on where this one stopped
 
 

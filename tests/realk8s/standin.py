@@ -25,19 +25,18 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memoryguard_kuberay.devkit.emulator import loopback
+from memoryguard_kuberay.devkit.emulator import kuberay, loopback
 
+from ..procs import stop
 from .controlplane import Client, ControlPlane
 
 BIN = Path(sys.executable).parent
@@ -73,7 +72,7 @@ class StandIn:
         self._stop.set()
         self._thread.join(30)
         for p in self.procs.values():
-            _end(p)
+            stop(p)
 
     def _loop(self) -> None:
         beat = 0.0
@@ -128,21 +127,10 @@ class StandIn:
 
     # -- KubeRay's part --------------------------------------------------------------
     def _create(self, rc: dict[str, Any], group: str, kind: str, template: dict[str, Any]) -> None:
-        cluster = rc["metadata"]["name"]
-        suffix = uuid.uuid4().hex[:5]
-        name = f"{cluster}-head-{suffix}" if kind == "head" else f"{cluster}-{group}-worker-{suffix}"
-        tmeta = template.get("metadata") or {}
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": name, "namespace": self.ns,
-            "labels": {**(tmeta.get("labels") or {}), "ray.io/is-ray-node": "yes", "ray.io/cluster": cluster,
-                       "ray.io/node-type": kind, "ray.io/group": group, "ray.io/identifier": f"{cluster}-{kind}",
-                       "app.kubernetes.io/created-by": "kuberay-operator"},
-            "annotations": dict(tmeta.get("annotations") or {}),
-            "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster,
-                                 "uid": rc["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]},
-            "spec": {**(template.get("spec") or {}), "nodeName": NODE}}
+        pod = kuberay.pod_from_template(rc, group, kind, template, self.ns)
+        pod["spec"]["nodeName"] = NODE
         self.api.ok("POST", f"/api/v1/namespaces/{self.ns}/pods", pod)
-        self.created.append(name)
+        self.created.append(pod["metadata"]["name"])
 
     # -- the kubelet's part ------------------------------------------------------------
     def _start_pod(self, pod: dict[str, Any]) -> None:
@@ -188,7 +176,7 @@ class StandIn:
         uid, name = pod["metadata"]["uid"], pod["metadata"]["name"]
         proc = self.procs.pop(uid, None)
         if proc is not None:
-            _end(proc)
+            stop(proc)
         # As the kubelet does once the containers have stopped.
         status, _, _ = self.api.call("DELETE", f"/api/v1/namespaces/{self.ns}/pods/{name}",
                                      {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
@@ -235,13 +223,3 @@ class StandIn:
                                                         if phase == "Succeeded" else "Error",
                                                         "finishedAt": _now(), "startedAt": _now()}}}]}})
 
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

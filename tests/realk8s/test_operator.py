@@ -8,7 +8,6 @@ the audit of every request come last."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -23,7 +22,7 @@ from memoryguard_kuberay.operator.guardspec import read_guard_spec
 
 from ..devworld import KUBERAY, ROOT
 from ..operator.conftest import HEALTHY, LEAK, guard, raycluster
-from ..procs import free_port
+from ..procs import free_port, stop
 from .controlplane import ControlPlane
 from .standin import BIN, StandIn
 
@@ -112,13 +111,7 @@ def release(real: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Ite
         try:
             yield Release(real, workdir, standin, operator, log)
         finally:
-            if operator.poll() is None:
-                operator.send_signal(signal.SIGTERM)
-                try:
-                    operator.wait(20)
-                except subprocess.TimeoutExpired:
-                    operator.kill()
-                    operator.wait()
+            stop(operator, timeout=20)
 
 
 def _cluster(name: str, workers: int) -> dict[str, Any]:

@@ -48,6 +48,26 @@ class PodProcess(Protocol):
 StartPod = Callable[[dict[str, Any]], Awaitable[PodProcess]]
 
 
+def pod_from_template(rc: dict[str, Any], group: str, kind: str, template: dict[str, Any],
+                      namespace: str) -> dict[str, Any]:
+    """A pod as KubeRay makes it from a group's template: its name, KubeRay's
+    labels, the template's annotations, a controller ownerReference to the
+    RayCluster, the template's spec (a copy)."""
+    cluster = rc["metadata"]["name"]
+    suffix = uuid.uuid4().hex[:5]
+    name = f"{cluster}-head-{suffix}" if kind == "head" else f"{cluster}-{group}-worker-{suffix}"
+    tmeta = template.get("metadata") or {}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "namespace": namespace,
+        "labels": {**(tmeta.get("labels") or {}), "ray.io/is-ray-node": "yes", "ray.io/cluster": cluster,
+                   "ray.io/node-type": kind, "ray.io/group": group, "ray.io/identifier": f"{cluster}-{kind}",
+                   "app.kubernetes.io/created-by": "kuberay-operator"},
+        "annotations": dict(tmeta.get("annotations") or {}),
+        "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster,
+                             "uid": rc["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]},
+        "spec": copy.deepcopy(template.get("spec") or {})}
+
+
 @dataclasses.dataclass
 class KubeRayStandIn:
     api: EmulatedApi
@@ -137,23 +157,9 @@ class KubeRayStandIn:
                 delay: float) -> Awaitable[None]:
         # Create the pod object now (so the count is right on the next reconcile),
         # start its process after the delay KubeRay and the kubelet would take.
-        cluster = rc["metadata"]["name"]
-        suffix = uuid.uuid4().hex[:5]
-        pod_name = f"{cluster}-head-{suffix}" if kind == "head" else f"{cluster}-{group}-worker-{suffix}"
-        tmeta = template.get("metadata") or {}
-        pod = {
-            "metadata": {
-                "name": pod_name, "namespace": self.namespace,
-                "labels": {**(tmeta.get("labels") or {}), "ray.io/is-ray-node": "yes", "ray.io/cluster": cluster,
-                           "ray.io/node-type": kind, "ray.io/group": group, "ray.io/identifier": f"{cluster}-{kind}",
-                           "app.kubernetes.io/created-by": "kuberay-operator"},
-                "annotations": dict(tmeta.get("annotations") or {}),
-                "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster,
-                                     "uid": rc["metadata"]["uid"], "controller": True}],
-            },
-            "spec": copy.deepcopy(template.get("spec") or {}),
-            "status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]},
-        }
+        pod = {**pod_from_template(rc, group, kind, template, self.namespace),
+               "status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}}
+        pod_name = pod["metadata"]["name"]
         created = self.api.put("pods", pod)
         self.created.append(pod_name)
         return self._start(created, delay)
