@@ -85,6 +85,11 @@ def load_traces(paths: Sequence[str]) -> list[Trace]:
         raise UsageError(str(exc)) from None
 
 
+def _in_hours(h: float | None) -> str:
+    """Hours already computed, or "-" when there were none (not "None h")."""
+    return "-" if h is None else f"{h} h"
+
+
 def _hours(t: float | None) -> str:
     return "-" if t is None else f"{t / 3600:.2f} h"
 
@@ -178,7 +183,7 @@ def bench(directory: str, *, labels_path: str | None, guard: str | None, as_json
     for label, s in (("policy", pol), ("baseline", bas)):
         t = s.totals()
         print(f"{label:>9}: caught {t['caught']}, missed {t['missed']}, false rotations {t['false_rotations']}, "
-              f"lead min {t['min_lead_h']} h, median {t['median_lead_h']} h", file=out)
+              f"lead min {_in_hours(t['min_lead_h'])}, median {_in_hours(t['median_lead_h'])}", file=out)
     return {"policy": pol.totals(), "baseline": bas.totals()}
 
 

@@ -256,7 +256,8 @@ def main(argv: list[str]) -> int:
         sys.stdout.write("\x1b[H\x1b[2J")
     print("\n".join(demo.log))
     print(f"\nsummary: {summary['workers']} workers, {summary['leaks']} leaking: {summary['caught']} caught before "
-          f"their OOM (min lead {summary['min_lead_h']} h), {summary['rotations']} rotation(s), "
+          f"their OOM (min lead {'-' if summary['min_lead_h'] is None else str(summary['min_lead_h']) + ' h'}), "
+          f"{summary['rotations']} rotation(s), "
           f"{summary['false_rotations']} false, {summary['replaced']} replaced, {summary['remediations']} "
           f"remediation(s) applied, {summary['duration_s']:.0f} s")
     if args.plot:
