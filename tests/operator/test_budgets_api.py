@@ -25,10 +25,6 @@ def _rc(replicas: int) -> dict[str, Any]:
                      "workerGroupSpecs": groups}}
 
 
-async def _noop(*_: Any, **__: Any) -> None:
-    return None
-
-
 async def test_budgets_are_listed_once_per_cycle_and_a_users_namesake_is_left_alone() -> None:
     api = EmulatedApi()
     users = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
@@ -46,8 +42,7 @@ async def test_budgets_are_listed_once_per_cycle_and_a_users_namesake_is_left_al
         try:
             for replicas in (4, 4, 6):
                 calls.clear()
-                await clusters.set_up(kube, namespace="ns", guard=GUARD, spec=spec, clusters=[_rc(replicas)],
-                                      report=_noop)
+                await clusters.set_up(kube, namespace="ns", guard=GUARD, spec=spec, clusters=[_rc(replicas)])
                 seen.append(sorted(calls))
         finally:
             await kube.close()

@@ -1,6 +1,6 @@
 """``simulate`` is what the operator does (issue 14): one trace through
 simulate's replay and through the operator's own decision path (the guard
-loop's ``decide_one``, with the API and Events stubbed and the clock at each
+loop's ``judge`` and ``act``, with the API and Events stubbed and the clock at each
 sample's time) gives the same rotations and remediations at the same times."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from memoryguard_kuberay.core.policy import Action, Decision, PodWindow
+from memoryguard_kuberay.core.policy import Action, PodWindow
 from memoryguard_kuberay.core.simulate import replay
 from memoryguard_kuberay.core.traces import read_trace
 from memoryguard_kuberay.operator import podinfo
 from memoryguard_kuberay.operator.clusters import Selected
 from memoryguard_kuberay.operator.groups import Groups
-from memoryguard_kuberay.operator.guarding import Cycle, GuardReconciler, OperatorContext, PodState
+from memoryguard_kuberay.operator.guarding import Cycle, GuardReconciler, Memory, OperatorContext
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
-from memoryguard_kuberay.operator.ledger import Ledger
+from memoryguard_kuberay.operator.judging import PodState, judge
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 
 from ..devworld import EXAMPLES
@@ -58,7 +58,7 @@ def _operator_decisions(trace_name: str) -> list[tuple[float, str, str]]:
                     metrics=OperatorMetrics())
     spec = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "remediation": {"jemalloc": {"mode": "recommend"}}})
     loop = GuardReconciler(shared, "default", "g")
-    loop.ledger, loop.settings = Ledger(), spec.policy
+    loop.memory = Memory(settings=spec.policy)
     pod = podinfo.pod_info({"metadata": {"name": "w", "uid": "u", "labels": {
         podinfo.LABEL_CLUSTER: "rc", podinfo.LABEL_GROUP: "workers"}},
         "status": {"phase": "Running", "podIP": "127.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]}})
@@ -67,25 +67,17 @@ def _operator_decisions(trace_name: str) -> list[tuple[float, str, str]]:
     track = PodState(PodWindow(spec.policy), "workers")
     cycle = Cycle(spec, Selected([rc], [], {}), [pod], [pod], Groups.of([rc], [pod]))
     acted: list[tuple[float, str, str]] = []
-    rotate, remediate = loop.rotate, loop.remediate
-
-    async def rotated(spec_: Any, p: Any, d: Decision, **kw: Any) -> None:
-        acted.append((clock.t, d.action.value, d.reason.value))
-        await rotate(spec_, p, d, **kw)
-
-    async def remediated(spec_: Any, rc_: Any, p: Any, d: Decision, kind: str) -> None:
-        if kind == "jemalloc":
-            acted.append((clock.t, d.action.value, d.reason.value))
-        await remediate(spec_, rc_, p, d, kind)
-
-    loop.rotate, loop.remediate = rotated, remediated  # type: ignore[method-assign]
 
     async def run() -> None:
         for sample in read_trace(EXAMPLES / f"{trace_name}.csv").samples:
             if not track.window.add(sample):
                 continue
             clock.t = sample.time_s
-            await loop.decide_one(cycle, pod, track, None)
+            # The guard's own path: the policy with the guard's history, then its acting on what it decided.
+            decisions = judge(spec.policy, track, loop.history_for(pod, clock.t, cycle.groups), clock.t)
+            await loop.act(cycle, pod, track, decisions)
+            acted.extend((clock.t, d.action.value, d.reason.value) for d in decisions
+                         if d.action in (Action.ROTATE, Action.REMEDIATE))
             if any(a == Action.ROTATE.value for _, a, _ in acted):
                 break  # the pod would be gone
 

@@ -7,7 +7,6 @@ the audit of every request come last."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 import time
@@ -22,9 +21,10 @@ from memoryguard_kuberay.operator.guardspec import read_guard_spec
 
 from ..devworld import KUBERAY, ROOT
 from ..operator.conftest import HEALTHY, LEAK, guard, raycluster
-from ..procs import free_port, stop
+from ..procs import stop
 from .controlplane import ControlPlane
-from .standin import BIN, StandIn
+from .operatorproc import operator_command
+from .standin import StandIn
 
 NS, RELEASE_NS, RELEASE = "ray-e2e", "mg-system", "mg"
 SA = "mg-memoryguard"
@@ -72,20 +72,6 @@ def _first_worker_of_each_cluster_leaks() -> Callable[[dict[str, Any]], Path]:
     return trace_for
 
 
-def _operator_command(cp: ControlPlane, kubeconfig: Path, workdir: Path) -> tuple[list[str], dict[str, str]]:
-    """The Deployment's container, as the chart rendered it, made a local
-    process: its args and env (fieldRefs resolved), listening on loopback."""
-    dep = cp.admin().ok("GET", f"/apis/apps/v1/namespaces/{RELEASE_NS}/deployments/{SA}")
-    c = dep["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e.get("value", "") for e in c.get("env") or [] if "value" in e}
-    env["POD_NAMESPACE"] = RELEASE_NS
-    env.update({"MEMORYGUARD_METRICS_HOST": "127.0.0.1", "MEMORYGUARD_METRICS_PORT": str(free_port()),
-                "MEMORYGUARD_LIVENESS_ENDPOINT": f"http://127.0.0.1:{free_port()}/healthz",
-                "MEMORYGUARD_TIME_SCALE": str(SPEED), "MEMORYGUARD_DRAIN": "false",
-                "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60"})
-    return [str(BIN / "memoryguard-kuberay"), *c["args"]], {**os.environ, **env, "KUBECONFIG": str(kubeconfig)}
-
-
 @pytest.fixture(scope="module")
 def release(real: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     crd_file = KUBERAY / "ray.io_rayclusters.yaml"
@@ -102,7 +88,8 @@ def release(real: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Ite
               "--set", f"watchNamespaces={{{NS}}}", "--set", f"sidecar.sidecarPort={PORT}")
     kubeconfig = real.service_account_kubeconfig(SA, RELEASE_NS, workdir / "operator.kubeconfig")
     epoch = time.time()
-    cmd, env = _operator_command(real, kubeconfig, workdir)
+    cmd, env = operator_command(real, kubeconfig, namespace=RELEASE_NS, deployment=SA, extra_env={
+        "MEMORYGUARD_TIME_SCALE": str(SPEED), "MEMORYGUARD_DRAIN": "false", "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60"})
     env["MEMORYGUARD_EPOCH"] = str(epoch)
     log = workdir / "operator.log"
     with StandIn(real, NS, workdir, _first_worker_of_each_cluster_leaks(), speed=SPEED, epoch=epoch,

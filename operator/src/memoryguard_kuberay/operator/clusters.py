@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memoryguard_kuberay.core.trust import Trust
 from memoryguard_kuberay.operator import budgets, patches
 from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.decided import Say, say
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.groups import desired_replicas
 from memoryguard_kuberay.operator.guardspec import GuardSpec, SpecError, read_guard_spec
 from memoryguard_kuberay.operator.kube import ApiError, Conflict, Kube, NotFound
 
 log = logging.getLogger("memoryguard_kuberay.operator")
-Report = Callable[..., Awaitable[None]]  # (reason, message, also=[objects]) -> Event
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,9 +84,10 @@ def owner_ref(guard: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec,
-                 clusters: Sequence[Mapping[str, Any]], report: Report) -> None:
+                 clusters: Sequence[Mapping[str, Any]]) -> list[Say]:
     """The sidecar in the pod templates (when injected) and one PDB per
-    guarded worker group (when enabled). Idempotent."""
+    guarded worker group (when enabled). Idempotent; returns its Events."""
+    says: list[Say] = []
     ours = await our_budgets(kube, namespace, clusters) if spec.pdb.enabled and clusters else {}
     for rc in clusters:
         name = rc["metadata"]["name"]
@@ -95,12 +96,13 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
             if ops:
                 try:
                     await kube.json_patch_raycluster(namespace, name, ops)
-                    await report(EventReason.SIDECAR_INJECTED, f"sidecar added to the pod templates of RayCluster "
-                                 f"{name}; pods get it as KubeRay creates them", also=[rc])
+                    says.append(say(EventReason.SIDECAR_INJECTED, f"sidecar added to the pod templates of "
+                                    f"RayCluster {name}; pods get it as KubeRay creates them", rc))
                 except ApiError as e:
-                    await report(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}", also=[rc])
+                    says.append(say(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}", rc))
         if spec.pdb.enabled:
             await keep_budgets(kube, namespace=namespace, guard=guard, spec=spec, rc=rc, ours=ours)
+    return says
 
 
 async def our_budgets(kube: Kube, namespace: str,

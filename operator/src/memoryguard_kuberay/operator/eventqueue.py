@@ -16,6 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from memoryguard_kuberay.operator.decided import Say
 from memoryguard_kuberay.operator.kube import Kube
 
 log = logging.getLogger("memoryguard_kuberay.operator")
@@ -71,7 +72,8 @@ class EventPoster:
             await self._task
         self._task = None
 
-
-def pod_ref(name: str, uid: str) -> dict[str, Any]:
-    """An involvedObject for a pod (the Event lands in ``kubectl describe pod``)."""
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "uid": uid}}
+    def announce(self, namespace: str, guard: Mapping[str, Any], said: Say) -> None:
+        """Queue ``said`` on the guard and on each object it is about."""
+        for involved in (guard, *said.about):
+            self.post(PendingEvent(namespace=namespace, involved=involved, reason=said.reason.value,
+                                   message=said.message, warning=said.reason.warning))

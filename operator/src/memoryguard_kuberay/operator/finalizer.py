@@ -14,8 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memoryguard_kuberay.operator import budgets, clusters, guarding, patches
+from memoryguard_kuberay.operator import budgets, clusters, patches
+from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.decided import say
 from memoryguard_kuberay.operator.events import EventReason
+from memoryguard_kuberay.operator.guarding import OperatorContext
 from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
 from memoryguard_kuberay.operator.kube import ApiError
 
@@ -24,15 +27,22 @@ class NotYet(RuntimeError):
     """A part could not be taken back now (an API error); the handler retries."""
 
 
-async def release(ctx: guarding.OperatorContext, namespace: str, name: str, body: Mapping[str, Any]) -> None:
-    reconciler = guarding.GuardReconciler(ctx, namespace, name)
-    reconciler.body = body
-    await reconciler.unmark_pods()
+async def unmark_pods(ctx: OperatorContext, namespace: str, guard: str) -> None:
+    """This guard's rotation marks off every pod that has them: nothing may
+    be left half-rotated by a guard that is gone."""
+    for p in await ctx.kube.list_pods(namespace, f"{pi.LABEL_IS_RAY_NODE}=yes"):
+        info = pi.pod_info(p)
+        if info.annotations.get(pi.ANN_GUARD) == guard and not info.terminating:
+            await ctx.kube.patch_pod_annotations(namespace, info.name, dict.fromkeys(pi.ROTATION_ANNOTATIONS))
+
+
+async def release(ctx: OperatorContext, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+    await unmark_pods(ctx, namespace, name)
     try:
         gs = read_guard_spec(body.get("spec"), sidecar_image=ctx.sidecar_image, trust=ctx.trust)
     except SpecError:
         return  # refused: it never injected, patched or budgeted anything
-    guards = await ctx.guard_roster().guards(namespace)
+    guards = await ctx.roster.guards(namespace)
     selected = await clusters.select(ctx.kube, namespace=namespace, guard=body, spec=gs, guards=guards,
                                      trust=ctx.trust)
     ours = await clusters.our_budgets(ctx.kube, namespace, selected.clusters) if gs.pdb.enabled else {}
@@ -44,14 +54,12 @@ async def release(ctx: guarding.OperatorContext, namespace: str, name: str, body
                 try:
                     await ctx.kube.json_patch_raycluster(namespace, rc_name, ops)
                 except ApiError as e:
-                    await reconciler.event(EventReason.SIDECAR_REMOVAL_FAILED, f"{rc_name}: {e}", also=[rc])
+                    ctx.events.announce(namespace, body, say(EventReason.SIDECAR_REMOVAL_FAILED, f"{rc_name}: {e}", rc))
                     raise NotYet(str(e)) from e
-                await reconciler.event(EventReason.SIDECAR_REMOVED, f"sidecar removed from RayCluster {rc_name}",
-                                       also=[rc])
+                ctx.events.announce(namespace, body, say(EventReason.SIDECAR_REMOVED,
+                                                         f"sidecar removed from RayCluster {rc_name}", rc))
         if gs.pdb.enabled:
             for group, _path, _tpl in patches.templates(rc, include_head=False):
                 pdb = budgets.pdb_name(rc_name, group)
                 if pdb in ours:
                     await ctx.kube.delete_pdb(namespace, pdb)
-
-

@@ -1,15 +1,19 @@
-"""One MemoryGuard's cycle: find its pods, poll their sidecars, ask the
-policy, act within budgets, report. Called by the kopf daemon every
+"""One MemoryGuard's cycle, called by the kopf daemon every
 ``sampling.intervalSeconds`` (operator clock).
 
-Order of a cycle, each step idempotent (as KubeRay reconciles):
-validate the spec -> find the RayClusters -> inject the sidecar and ensure
-PodDisruptionBudgets (unless dry run) -> read their pods (from the
-namespace's watch, podcache.py) -> resume rotations in
-flight -> poll sidecars and feed the policy -> decide, rotate, remediate ->
-write the status if it changed. What must survive a restart is on the
-objects (pod annotations, the guard's status); ``GuardReconciler`` itself only
-holds the policy windows, which the sidecars' ring buffers refill.
+A cycle is the literal list of steps in ``GuardReconciler.cycle``, run in
+order, as KubeRay's controller runs its reconcile functions. Each step
+reads what the steps before it found (``Run``, made afresh each cycle),
+acts through the API where it must, and returns what it decided
+(decided.py): Events, pieces of status, or that the cycle ends here. The
+loop alone writes the status (first) and posts the Events (after); then
+the status is computed once from the whole cycle and written only when it
+changed.
+
+What must survive a restart is on the objects (pod annotations, the
+guard's status: rotations, what was said and remediated), read back on
+the first cycle; the policy windows are the only state kept in memory
+alone, and the sidecars' ring buffers refill them.
 """
 
 from __future__ import annotations
@@ -20,21 +24,24 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide, urgency
+from memoryguard_kuberay.core.policy import Action, Decision, Reason, RotationHistory, urgency
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.trust import Trust
-from memoryguard_kuberay.operator import clusters, forensics, guardroster, remediation, rotation, sidecar_client
+from memoryguard_kuberay.operator import clusters, forensics, guardroster, judging, remediation, rotation
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.clock import Clock, iso
+from memoryguard_kuberay.operator.decided import NOTHING, Decided, Say, pod_ref, say
 from memoryguard_kuberay.operator.drain import Drainer
-from memoryguard_kuberay.operator.eventqueue import EventPoster, PendingEvent, pod_ref
+from memoryguard_kuberay.operator.eventqueue import EventPoster
 from memoryguard_kuberay.operator.events import EventReason
+from memoryguard_kuberay.operator.evidence import Evidence
 from memoryguard_kuberay.operator.groups import Groups
 from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec, Mode, SpecError, read_guard_spec
+from memoryguard_kuberay.operator.judging import Judged, PodState
 from memoryguard_kuberay.operator.kube import ApiError, Kube
 from memoryguard_kuberay.operator.ledger import Ledger, OutcomeKind, Phase
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
@@ -47,11 +54,13 @@ POLL_CONCURRENCY = 64  # one namespace's polls at once (every guard there togeth
 POD_CONNECTIONS = 256  # every guard's polls at once
 POD_WAIT_S = 10.0  # a guard's first cycle waits this long for its namespace's pods to be listed
 MIN_PAUSE_S = 0.5  # operator clock: the least pause between two cycles of one guard
+INVALID_RETRY_S = 30.0  # an invalid spec is read again after this (its change also wakes kopf)
+REFUSED_RETRY_S = 60.0  # a guard over its namespace's limit asks again after this
 
 
 @dataclasses.dataclass
 class OperatorContext:
-    """What every guard's loop uses, made once at startup."""
+    """What every guard's loop uses, made once at startup (kept in kopf's memo)."""
 
     kube: Kube
     events: EventPoster
@@ -62,41 +71,30 @@ class OperatorContext:
     sidecar_image: str = DEFAULT_SIDECAR_IMAGE
     trust: Trust | None = None  # the installer's limits on guards (trust.py)
     ray_forensics: bool = True  # Ray's GCS is reachable (MEMORYGUARD_DRAIN): list objects by call site
+    roster: guardroster.GuardRoster = dataclasses.field(default=None)  # type: ignore[assignment]
     # Connections to pods at once, across every guard: each is a descriptor.
     pod_slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(POD_CONNECTIONS))
     # And per namespace (a tenant): pods that hang, however many guards poll
     # them, hold at most POLL_CONCURRENCY of the POD_CONNECTIONS.
     namespace_slots: dict[str, asyncio.Semaphore] = dataclasses.field(default_factory=dict)
-    roster: guardroster.GuardRoster | None = None  # every namespace's guards, listed once for all its guards
     probe_slots: asyncio.Semaphore = dataclasses.field(
         default_factory=lambda: asyncio.Semaphore(forensics.MAX_PROBES))  # rayprobe processes at once
 
-    def guard_roster(self) -> guardroster.GuardRoster:
-        if self.roster is None:
+    def __post_init__(self) -> None:
+        if self.roster is None:  # every namespace's guards, listed once for all its guards
             self.roster = guardroster.GuardRoster(self.kube)
-        return self.roster
-
-
-@dataclasses.dataclass
-class PodState:
-    window: PodWindow
-    group: str
-    error: str | None = None
-    failure: sidecar_client.PollFailure | None = None  # why the last poll brought no samples
-    last_decision: Decision | None = None
-    blind: bool = False  # the sidecar answers but reads no memory
 
 
 @dataclasses.dataclass(frozen=True)
 class Cycle:
-    """What one cycle found, passed as a value to the steps after it; the
-    loop keeps none of it."""
+    """What the cycle found of the guard's clusters and pods."""
 
     spec: GuardSpec
     selected: clusters.Selected
     pods: list[pi.PodInfo]  # every pod of the selected clusters
     guarded: list[pi.PodInfo]  # those this guard judges
     groups: Groups
+    guard_uid: str = ""  # the guard's own uid: its evidence's ConfigMaps are owned by it
 
     @functools.cached_property
     def by_name(self) -> dict[str, Mapping[str, Any]]:
@@ -110,411 +108,367 @@ class Cycle:
         return clusters.gcs_address(rc, self.pods) if rc is not None else None
 
 
+@dataclasses.dataclass
+class Run:
+    """One cycle's findings, filled in by its steps in order and dropped at
+    its end: nothing of it outlives the cycle."""
+
+    body: Mapping[str, Any]
+    now: float
+    spec: GuardSpec | None = None
+    guards: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the namespace's guards
+    selected: clusters.Selected | None = None
+    found: Cycle | None = None
+    views: list[st.PodView] = dataclasses.field(default_factory=list)
+
+    @property
+    def generation(self) -> int | None:
+        return (self.body.get("metadata") or {}).get("generation")
+
+
+@dataclasses.dataclass
+class Memory:
+    """What a guard keeps between cycles: the policy windows, and what it
+    last wrote to the objects (read back from the guard's status on the
+    first cycle, so a restarted operator goes on where it was)."""
+
+    tracks: dict[str, PodState] = dataclasses.field(default_factory=dict)
+    settings: PolicySettings | None = None  # the windows' settings: new ones start new windows
+    ledger: Ledger = dataclasses.field(default_factory=Ledger)
+    remembered: Remembered = dataclasses.field(default_factory=Remembered)
+    status: dict[str, Any] = dataclasses.field(default_factory=dict)  # as last written
+    invalid_generation: int | None = None  # the spec generation already reported invalid
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> Memory:
+        return cls(ledger=Ledger.from_status(status), remembered=Remembered.from_status(status),
+                   status=json.loads(json.dumps(status)))
+
+
+Step = Callable[[Run], Awaitable[Decided]]
+
+
 class GuardReconciler:
     def __init__(self, ctx: OperatorContext, namespace: str, name: str) -> None:
         self.ctx = ctx
         self.namespace, self.name = namespace, name
-        self.tracks: dict[str, PodState] = {}
-        self.settings: PolicySettings | None = None
-        self.ledger: Ledger | None = None  # the rotations, loaded from status on the first cycle
-        # What it has said and done besides rotations, loaded from status on the first cycle.
-        self.remembered: Remembered | None = None
-        self.invalid_generation: int | None = None
-        self.last_status: dict[str, Any] | None = None
-        # Evidence being collected before a rotation drains: pod uid -> (task,
-        # monotonic deadline). The rotation waits for it until the deadline.
-        self.collecting: dict[str, tuple[asyncio.Task[None], float]] = {}
-        self.forensics_latest: dict[str, Any] | None = None
-        self.last_action: str | None = None
-        self.last_action_brief: str | None = None  # the printer column's text: reason and object, <= 60 chars
-        self.body: Mapping[str, Any] = {}  # the guard itself: the subject of its Events (the latest seen)
+        self.memory: Memory | None = None  # read back from the guard's status on the first cycle
+        self.evidence = Evidence()  # collections under way (work, not memory: see evidence.py)
 
-    # -- reporting --------------------------------------------------------------
-    async def event(self, reason: EventReason, message: str, *, also: Sequence[Mapping[str, Any]] = ()) -> None:
-        """Report on the guard and on the objects acted on (``also``: the
-        pod a rotation is about, the RayCluster a patch changed), so that
-        ``kubectl describe`` of either says what MemoryGuard did to it. The
-        Events are queued, never awaited."""
-        self.last_action = f"{reason.value}: {message}"[:256]
-        subject = next((str((o.get("metadata") or {}).get("name", "")) for o in also), "")
-        self.last_action_brief = f"{reason.value} {subject}".strip()[:st.BRIEF_MAX]
-        log.info("%s/%s %s: %s", self.namespace, self.name, reason.value, message)
-        for involved in (self.body, *also):
-            self.ctx.events.post(PendingEvent(namespace=self.namespace, involved=involved, reason=reason.value,
-                                            message=message, warning=reason.warning))
-
-    # -- the cycle ----------------------------------------------------------------
-    async def unmark_pods(self) -> None:
-        """Take this guard's rotation marks off every pod that has them (the
-        guard is going: nothing may be left half-rotated by it)."""
-        for p in await self.ctx.kube.list_pods(self.namespace, f"{pi.LABEL_IS_RAY_NODE}=yes"):
-            info = pi.pod_info(p)
-            if info.annotations.get(pi.ANN_GUARD) == self.name and not info.terminating:
-                await self.ctx.kube.patch_pod_annotations(self.namespace, info.name,
-                                                        dict.fromkeys(pi.ROTATION_ANNOTATIONS))
-
+    # -- the cycle ---------------------------------------------------------------------
     async def cycle(self, body: Mapping[str, Any], *, stopped: Callable[[], bool] = lambda: False) -> float:
         """One pass; returns the delay until the next (operator clock).
         ``stopped`` is asked between steps: a guard being deleted starts no
         new step (its finalizer then cleans up)."""
         t0 = time.monotonic()
-        self.body = body  # the guard's object, for the Events it is the subject of
-        now = self.ctx.clock.now()
-        meta = body.get("metadata") or {}
-        generation = meta.get("generation")
-        previous = body.get("status") or {}
-        if self.last_status is None:
-            self.last_status = json.loads(json.dumps(previous))
-        try:
-            spec = read_guard_spec(body.get("spec"), sidecar_image=self.ctx.sidecar_image, trust=self.ctx.trust)
-        except SpecError as e:
-            if self.invalid_generation != generation:
-                self.invalid_generation = generation
-                await self.event(EventReason.INVALID_SPEC, "; ".join(e.problems))
-            await self.write_status(st.build(generation=generation, clusters=[], pods=[], spec_error=str(e),
-                                             missing_clusters=[], rotations=self.rotations_status(),
-                                             last_action=self.last_action, last_action_brief=self.last_action_brief,
-                                             now_iso=iso(now), previous=previous))
-            self.ctx.metrics.degraded(self.namespace, self.name, "InvalidSpec")
-            return 30.0
-        self.invalid_generation = None
-        if self.settings != spec.policy:
-            # New thresholds, new windows: the sidecars' buffers refill them.
-            self.tracks.clear()
-            self.settings = spec.policy
-        if self.ledger is None:
-            self.ledger = Ledger.from_status(previous)
-        if self.remembered is None:
-            self.remembered = Remembered.from_status(previous)
-        try:
-            roster = self.ctx.guard_roster()
-            guards = await roster.guards(self.namespace)
-            refused = guardroster.refusal(guards, body, roster.limit)
-            if refused:
-                await self.write_status(st.build(generation=generation, clusters=[], pods=[], spec_error=None,
-                                                 refused=refused, missing_clusters=[],
-                                                 rotations=self.rotations_status(), last_action=self.last_action,
-                                                 last_action_brief=self.last_action_brief, now_iso=iso(now),
-                                                 previous=previous))
-                self.ctx.metrics.degraded(self.namespace, self.name, "TooManyGuards")
-                return 60.0
-            selected = await clusters.select(self.ctx.kube, namespace=self.namespace, guard=body, spec=spec,
-                                             guards=guards, trust=self.ctx.trust)
-            if not spec.policy.dry_run and not stopped():
-                await clusters.set_up(self.ctx.kube, namespace=self.namespace, guard=body, spec=spec,
-                                      clusters=selected.clusters, report=self.event)
-            all_pods = await self.ctx.pods.pods(self.namespace, self.name,
-                                                [c["metadata"]["name"] for c in selected.clusters], wait_s=POD_WAIT_S)
-        except ApiError as e:
-            log.warning("%s/%s: API error, retrying next cycle: %s", self.namespace, self.name, e)
-            return spec.sampling.interval_s
-        if stopped():
-            return 0.0
-        cycle = Cycle(spec, selected, all_pods, [p for p in all_pods if clusters.is_guarded(spec, p)],
-                      Groups.of(selected.clusters, all_pods))
-        self.ledger.adopt(all_pods, guard=self.name, max_unavailable=spec.policy.max_unavailable,
-                          now=self.ctx.clock.now())
-        await self.advance_rotations(cycle)
-        if stopped():
-            return 0.0
-        views = await self.poll_and_decide(cycle)
-        # The status, computed once from what the cycle found and did.
-        self.ctx.metrics.publish(self.namespace, self.name, views, guarded=len(cycle.guarded))
-        status = st.build(generation=generation, clusters=[c["metadata"]["name"] for c in selected.clusters],
-                          pods=views, spec_error=None, missing_clusters=selected.missing,
-                          contested=selected.contested, rotations=self.rotations_status(),
-                          last_action=self.last_action, last_action_brief=self.last_action_brief, now_iso=iso(now),
-                          previous=previous)
-        if self.forensics_latest is not None:
-            status["forensics"] = self.forensics_latest
-        self.memory.forget_pods_except([p.uid for p in all_pods])
-        status["remembered"] = self.memory.to_status()
-        await self.write_status(status)
-        deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
-        self.ctx.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
+        if self.memory is None:
+            self.memory = Memory.from_status(body.get("status") or {})
+        run = Run(body=body, now=self.ctx.clock.now())
+        steps: list[Step] = [
+            self.read_spec,
+            self.admit,
+            self.find_clusters,
+            self.set_up_clusters,
+            self.read_pods,
+            self.advance_rotations,
+            self.take_evidence,
+            self.poll_and_decide,
+            self.summarize,
+        ]
+        for step in steps:
+            if stopped():
+                return 0.0
+            try:
+                decided = await step(run)
+            except ApiError as e:
+                # Every step is idempotent: the next cycle repeats this one.
+                log.warning("%s/%s: API error in %s, retrying next cycle: %s", self.namespace, self.name,
+                            step.__name__, e)
+                return run.spec.sampling.interval_s if run.spec else INVALID_RETRY_S
+            await self.apply(body, decided)
+            if decided.end_in_s is not None:
+                self.ctx.metrics.degraded(self.namespace, self.name, decided.degraded)
+                return decided.end_in_s
+        assert run.spec is not None
         took = time.monotonic() - t0
         self.ctx.metrics.cycle_seconds.labels(self.namespace, self.name).observe(took)
         # Cycles start every interval, not an interval after the last one
         # ended: a long cycle (thousands of pods) must not stretch the time
         # between two polls of a pod. A cycle longer than the interval is
         # followed by the next at once (after a breath for the event loop).
-        return max(MIN_PAUSE_S, spec.sampling.interval_s - took * self.ctx.clock.scale)
+        return max(MIN_PAUSE_S, run.spec.sampling.interval_s - took * self.ctx.clock.scale)
 
-    # -- rotations -------------------------------------------------------------------
-    def rotations_status(self) -> dict[str, Any]:
-        return (self.ledger or Ledger()).to_status()
+    async def apply(self, guard: Mapping[str, Any], decided: Decided) -> None:
+        """A step's decision: the status first, then the Events, so whoever
+        sees an Event finds what it announced already recorded (a restarted
+        operator resumes from that record)."""
+        status = dict(decided.status)
+        if decided.says:
+            status.update(lastAction=decided.says[-1].last_action, lastActionBrief=decided.says[-1].brief)
+        if status:
+            await self.write_status(status)
+        for said in decided.says:
+            log.info("%s/%s %s: %s", self.namespace, self.name, said.reason.value, said.message)
+            self.ctx.events.announce(self.namespace, guard, said)
 
     @property
-    def memory(self) -> Remembered:
-        if self.remembered is None:
-            self.remembered = Remembered()
-        return self.remembered
+    def mem(self) -> Memory:
+        assert self.memory is not None, "the cycle reads the memory back first"
+        return self.memory
 
-    async def advance_rotations(self, cycle: Cycle) -> None:
-        assert self.ledger is not None
-        spec, pods = cycle.spec, cycle.pods
+    # -- the steps, in the order the cycle runs them -------------------------------------
+    async def read_spec(self, run: Run) -> Decided:
+        """The spec, read as `simulate` reads it, within the installer's limits."""
+        try:
+            run.spec = read_guard_spec(run.body.get("spec"), sidecar_image=self.ctx.sidecar_image,
+                                       trust=self.ctx.trust)
+        except SpecError as e:
+            says: tuple[Say, ...] = ()
+            if self.mem.invalid_generation != run.generation:
+                self.mem.invalid_generation = run.generation
+                says = (say(EventReason.INVALID_SPEC, "; ".join(e.problems)),)
+            return Decided(says, self.status_without_pods(run, spec_error=str(e)), INVALID_RETRY_S, "InvalidSpec")
+        self.mem.invalid_generation = None
+        if self.mem.settings != run.spec.policy:
+            # New thresholds, new windows: the sidecars' buffers refill them.
+            self.mem.tracks.clear()
+            self.mem.settings = run.spec.policy
+        return NOTHING
+
+    async def admit(self, run: Run) -> Decided:
+        """The namespace's guards (listed once for all of them): a guard past
+        the installer's limit per namespace is refused, saying why."""
+        run.guards = await self.ctx.roster.guards(self.namespace)
+        refused = guardroster.refusal(run.guards, run.body, self.ctx.roster.limit)
+        if refused:
+            return Decided((), self.status_without_pods(run, refused=refused), REFUSED_RETRY_S, "TooManyGuards")
+        return NOTHING
+
+    async def find_clusters(self, run: Run) -> Decided:
+        assert run.spec is not None
+        run.selected = await clusters.select(self.ctx.kube, namespace=self.namespace, guard=run.body, spec=run.spec,
+                                             guards=run.guards, trust=self.ctx.trust)
+        return NOTHING
+
+    async def set_up_clusters(self, run: Run) -> Decided:
+        """The sidecar injected and the budgets kept (never in a dry run)."""
+        assert run.spec is not None and run.selected is not None
+        if run.spec.policy.dry_run:
+            return NOTHING
+        says = await clusters.set_up(self.ctx.kube, namespace=self.namespace, guard=run.body, spec=run.spec,
+                                     clusters=run.selected.clusters)
+        return Decided(tuple(says))
+
+    async def read_pods(self, run: Run) -> Decided:
+        """Their pods, from the namespace's watch (podcache.py); rotations a
+        restart left on pods' annotations are adopted into the ledger."""
+        assert run.spec is not None and run.selected is not None
+        spec, selected = run.spec, run.selected
+        pods = await self.ctx.pods.pods(self.namespace, self.name, [c["metadata"]["name"] for c in selected.clusters],
+                                        wait_s=POD_WAIT_S)
+        run.found = Cycle(spec, selected, pods, [p for p in pods if clusters.is_guarded(spec, p)],
+                          Groups.of(selected.clusters, pods), str((run.body.get("metadata") or {}).get("uid", "")))
+        self.mem.ledger.adopt(pods, guard=self.name, max_unavailable=spec.policy.max_unavailable,
+                              now=self.ctx.clock.now())
+        return NOTHING
+
+    async def advance_rotations(self, run: Run) -> Decided:
+        """The next step of every rotation in flight (rotation.py)."""
+        assert run.found is not None
+        spec, ledger, metrics = run.found.spec, self.mem.ledger, self.ctx.metrics
         changed = False
-        ended: list[tuple[EventReason, str, dict[str, Any]]] = []
-        for uid, rot in list(self.ledger.inflight.items()):
-            if rot.phase is Phase.DRAINING and self.collecting_for(uid):
+        says: list[Say] = []
+        for uid, rot in list(ledger.inflight.items()):
+            if rot.phase is Phase.DRAINING and self.evidence.collecting_for(uid):
                 continue  # its evidence first (never past the forensics deadline)
             before = (rot.phase, rot.refused)
-            pod = pod_ref(rot.pod, rot.uid)
-
-            async def report(reason: EventReason, message: str, pod: dict[str, Any] = pod) -> None:
-                await self.event(reason, message, also=[pod])
-
             try:
                 out = await rotation.advance(
-                    rot, kube=self.ctx.kube, drainer=self.ctx.drainer, pods=pods,
-                    gcs_address=cycle.gcs_address(rot.cluster),
-                    drain_timeout_s=spec.policy.drain_timeout_s, replacement_timeout_s=spec.replacement_timeout_s,
-                    eviction_timeout_s=spec.eviction_timeout_s, now=self.ctx.clock.now(), report=report)
+                    rot, kube=self.ctx.kube, drainer=self.ctx.drainer, pods=run.found.pods,
+                    gcs_address=run.found.gcs_address(rot.cluster), drain_timeout_s=spec.policy.drain_timeout_s,
+                    replacement_timeout_s=spec.replacement_timeout_s, eviction_timeout_s=spec.eviction_timeout_s,
+                    now=self.ctx.clock.now())
             except ApiError as e:
-                # The step is repeated next cycle (each is idempotent); the
-                # other rotations go on.
+                # The step is repeated next cycle (each is idempotent); the other rotations go on.
                 log.warning("%s/%s: rotation of %s stays %s for now: %s", self.namespace, self.name, rot.pod,
                             rot.phase, e)
                 continue
-            if out.message and not out.ended:
-                log.warning("%s/%s: %s", self.namespace, self.name, out.message)
-                self.ctx.metrics.evictions_refused.labels(self.namespace, self.name).inc()
-            if rot.refused > before[1] and not out.message:
-                self.ctx.metrics.evictions_refused.labels(self.namespace, self.name).inc()
+            says.extend(out.says)
+            if rot.refused > before[1]:
+                metrics.evictions_refused.labels(self.namespace, self.name).inc()
+                if out.message:
+                    log.warning("%s/%s: %s", self.namespace, self.name, out.message)
             if out.ended:
-                self.ledger.end(uid, out, now=self.ctx.clock.now())
-                self.ctx.metrics.rotations.labels(self.namespace, self.name, rot.reason.split(":", 1)[0],
-                                                out.kind.value).inc()
+                ledger.end(uid, out, now=self.ctx.clock.now())
+                metrics.rotations.labels(self.namespace, self.name, rot.reason.split(":", 1)[0],
+                                         out.kind.value).inc()
                 if out.eviction_timed_out:
-                    self.ctx.metrics.eviction_timeouts.labels(self.namespace, self.name).inc()
+                    metrics.eviction_timeouts.labels(self.namespace, self.name).inc()
                 rotated = out.kind is OutcomeKind.ROTATED
-                ended.append((EventReason.ROTATED if rotated else EventReason.ROTATION_FAILED, out.message, pod))
-                changed = True
-            elif (rot.phase, rot.refused) != before:
-                changed = True
-        if changed:
-            # Persist at once: after an eviction the pod (and its annotations) are gone.
-            await self.write_status({"rotations": self.rotations_status()})
-        # The Events go after the status, as a rotation's start does: whoever
-        # sees WorkerRotated finds it counted, and the durable record (which a
-        # restarted operator resumes from) never lags the announcement.
-        for reason, message, involved in ended:
-            await self.event(reason, message, also=[involved])
+                says.append(say(EventReason.ROTATED if rotated else EventReason.ROTATION_FAILED, out.message,
+                                pod_ref(rot.pod, rot.uid)))
+            changed = changed or out.ended or (rot.phase, rot.refused) != before
+        # Written at once when it moved: after an eviction the pod (and its annotations) are gone.
+        return Decided(tuple(says), {"rotations": ledger.to_status()} if changed else {})
 
-    def history_for(self, p: pi.PodInfo, now: float, groups: Groups) -> RotationHistory:
-        assert self.ledger is not None
-        in_group = self.ledger.rotating_in(p.cluster, p.group)
-        group_starts = self.ledger.starts(group=(p.cluster, p.group))
-        return RotationHistory(
-            is_head=p.is_head,
-            pod_rotation_in_flight=p.uid in self.ledger.inflight or bool(p.rotation_phase) or p.terminating,
-            group_in_flight=in_group,
-            group_short=groups.short(p.cluster, p.group, rotating=in_group, inflight=self.ledger.inflight),
-            group_last_rotation_s=max(group_starts) if group_starts else None,
-            guard_rotations_last_hour=self.ledger.rotations_last_hour(now),
-            remediation_advised=(p.cluster, p.group) in self.memory.advised, user_requested=p.user_requested)
+    async def take_evidence(self, run: Run) -> Decided:
+        """Collections that finished since the last cycle: their Events and
+        ``status.forensics``; Ray told to record call sites where it had not."""
+        assert run.found is not None
+        decided = NOTHING
+        for kept in self.evidence.finished():
+            decided += Decided(kept.says, {"forensics": kept.status} if kept.status else {})
+            pod = next((p for p in run.found.pods if p.uid == kept.pod_uid), None)
+            if kept.sites_unrecorded and pod is not None and run.found.spec.forensics.call_sites != Mode.OFF:
+                decided += await self.remediate(run.found, pod, kept.decision, "callsites")
+        return decided
 
-    # -- sampling and deciding -------------------------------------------------------
-    async def poll_and_decide(self, cycle: Cycle) -> list[st.PodView]:
-        """Poll every pod's sidecar concurrently and decide on each as soon as
-        its samples are in, so a fresh sample waits for no other pod. Pods
-        that want a rotation are rotated once every pod has been heard, most
-        urgent first: a group's slots go to the pods nearest their OOM, not
-        to the first to answer."""
-        assert self.settings is not None and self.ledger is not None
-        settings, spec, pods = self.settings, cycle.spec, cycle.guarded
-        live = {p.uid for p in pods}
-        for uid in list(self.tracks):
-            if uid not in live:
-                del self.tracks[uid]
-        sem = self.ctx.namespace_slots.setdefault(self.namespace, asyncio.Semaphore(POLL_CONCURRENCY))
-        wanting: list[tuple[pi.PodInfo, PodState]] = []
+    async def poll_and_decide(self, run: Run) -> Decided:
+        """Every pod polled and judged (judging.py); then, once every pod has
+        been heard, the rotations most urgent first (a group's slots go to
+        the pods nearest their OOM, not to the first to answer), one at a
+        time so each sees the slots the ones before it took: the policy
+        decides again with them (it may now defer, and says why)."""
+        assert run.found is not None and self.mem.settings is not None
+        found, settings = run.found, self.mem.settings
+        how = judging.Polling(
+            port=found.spec.sampling.sidecar_port, timeout_s=found.spec.sampling.timeout_s, clock=self.ctx.clock,
+            metrics=self.ctx.metrics, namespace=self.namespace, guard=self.name,
+            slots=(self.ctx.namespace_slots.setdefault(self.namespace, asyncio.Semaphore(POLL_CONCURRENCY)),
+                   self.ctx.pod_slots))
+        judged = await judging.poll_and_judge(found.guarded, self.mem.tracks, how, settings,
+                                              lambda p: self.history_for(p, self.ctx.clock.now(), found.groups))
+        wanting = [j for j in judged if any(d.action is Action.ROTATE and not d.dry_run for d in j.decisions)]
+        decided = NOTHING
         views: dict[str, st.PodView] = {}
+        for j in [j for j in judged if j not in wanting]:
+            decided += await self.act(found, j.pod, j.track, j.decisions)
+            views[j.pod.name] = _view(j)
+        for j in sorted(wanting, key=lambda w: urgency(w.track.last_decision)):
+            decisions = judging.judge(settings, j.track, self.history_for(j.pod, self.ctx.clock.now(), found.groups),
+                                      self.ctx.clock.now())
+            decided += await self.act(found, j.pod, j.track, decisions)
+            views[j.pod.name] = _view(Judged(j.pod, j.track, decisions))
+        run.views = [views[k] for k in sorted(views)]
+        self.mem.remembered.forget_pods_except([p.uid for p in found.pods])
+        return decided + Decided((), {"rotations": self.mem.ledger.to_status(),
+                                      "remembered": self.mem.remembered.to_status()})
 
-        async def one(p: pi.PodInfo) -> None:
-            track = self.tracks.get(p.uid)
-            if track is None:
-                track = self.tracks[p.uid] = PodState(PodWindow(settings), p.group)
-            if not p.ip or p.phase != "Running":
-                track.error = f"pod is {p.phase or 'pending'} without an IP" if not p.ip else None
-                track.failure = sidecar_client.PollFailure.UNREACHABLE if not p.ip else None
-            else:
-                since = track.window.last.time_s if track.window.last else None
-                async with sem, self.ctx.pod_slots:
-                    # Nothing older than the policy's window is asked for or kept.
-                    res = await sidecar_client.poll(
-                        p.ip, spec.sampling.sidecar_port, since, timeout_s=spec.sampling.timeout_s,
-                        now=self.ctx.clock.now, pod_uid=p.uid, require_uid=p.injected_sidecar,
-                        oldest_s=self.ctx.clock.now() - settings.trend_window_s)
-                self.ctx.metrics.poll_seconds.labels(self.namespace, self.name).observe(res.latency_s)
-                if res.error and not res.samples:
-                    why = (res.failure or sidecar_client.PollFailure.BAD_ANSWER).value
-                    self.ctx.metrics.poll_errors.labels(self.namespace, self.name, why).inc()
-                track.error = res.error if not res.samples else None
-                track.failure = res.failure if not res.samples else None
-                if res.samples or res.blind:
-                    track.blind = res.blind or all(s.memory_current_bytes is None for s in res.samples)
-                for sample in res.samples:
-                    track.window.add(sample)
-            views[p.name] = await self.decide_one(cycle, p, track, wanting)
+    async def summarize(self, run: Run) -> Decided:
+        """The status, computed once from what the cycle found and did."""
+        assert run.found is not None and run.selected is not None
+        self.ctx.metrics.publish(self.namespace, self.name, run.views, guarded=len(run.found.guarded))
+        status = st.build(generation=run.generation, clusters=[c["metadata"]["name"] for c in run.selected.clusters],
+                          pods=run.views, spec_error=None, missing_clusters=run.selected.missing,
+                          contested=run.selected.contested, rotations=self.mem.ledger.to_status(),
+                          last_action=None, now_iso=iso(run.now), previous=self.mem.status)
+        deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
+        self.ctx.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
+        return Decided((), status)
 
-        async def isolated(p: pi.PodInfo) -> None:
-            # A pod's failure is that pod's verdict: nothing one pod sends or
-            # holds may stop the cycle of the others (issue 23).
-            try:
-                await one(p)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.error("%s/%s: pod %s: unexpected %s; its verdict is BadAnswer this cycle", self.namespace,
-                          self.name, p.name, type(exc).__name__, exc_info=True)
-                track = self.tracks.get(p.uid)
-                if track is not None:
-                    track.error = f"this pod's samples could not be judged ({type(exc).__name__})"
-                    track.failure = sidecar_client.PollFailure.BAD_ANSWER
-
-        await asyncio.gather(*(isolated(p) for p in pods))
-        # One at a time, so each sees the slots the ones before it took; the
-        # policy decides again with them (it may now defer, and says why).
-        for p, track in sorted(wanting, key=lambda w: urgency(w[1].last_decision)):
-            views[p.name] = await self.decide_one(cycle, p, track, None)
-        return [views[k] for k in sorted(views)]
-
-    async def decide_one(self, cycle: Cycle, p: pi.PodInfo, track: PodState,
-                         wanting: list[tuple[pi.PodInfo, PodState]] | None) -> st.PodView:
-        """Decide on one pod and act, except that a rotation is only noted in
-        ``wanting`` when given (to be started in order of urgency)."""
-        assert self.settings is not None
-        now = self.ctx.clock.now()
-        t0 = time.perf_counter()
-        decisions = decide(settings=self.settings, window=track.window, history=self.history_for(p, now, cycle.groups),
-                           now_s=now)
-        track.last_decision = decisions[0]
-        if wanting is not None:
-            self.ctx.metrics.decision_seconds.labels(self.namespace, self.name).observe(time.perf_counter() - t0)
-            if track.window.last is not None:
-                self.ctx.metrics.sample_to_decision.labels(self.namespace, self.name).observe(
-                    max(0.0, self.ctx.clock.real_seconds(now - track.window.last.time_s)))
-            if any(d.action is Action.ROTATE and not d.dry_run for d in decisions):
-                wanting.append((p, track))
-                return st.PodView(p.name, p.group, decisions[0], track.error, track.blind, track.failure)
-        spec = cycle.spec
-        rc = cycle.by_name.get(p.cluster)
+    # -- acting on one pod's decisions ---------------------------------------------------
+    async def act(self, found: Cycle, p: pi.PodInfo, track: PodState, decisions: list[Decision]) -> Decided:
+        decided = NOTHING
         for d in decisions:
             if d.action is Action.ROTATE:
-                await self.rotate(spec, p, d, cycle=cycle, track=track)
+                decided += await self.rotate(found, p, d, track)
             elif d.action is Action.REMEDIATE:
-                self.memory.advised.add((p.cluster, p.group))
-                await self.remediate(spec, rc, p, d, "jemalloc")
-            if d.reason in STORE_REASONS and spec.spilling.mode != Mode.OFF:
-                await self.remediate(spec, rc, p, d, "spilling")
-        return st.PodView(p.name, p.group, decisions[0], track.error, track.blind, track.failure)
+                self.mem.remembered.advised.add((p.cluster, p.group))
+                decided += await self.remediate(found, p, d, "jemalloc")
+            if d.reason in STORE_REASONS and found.spec.spilling.mode != Mode.OFF:
+                decided += await self.remediate(found, p, d, "spilling")
+        return decided
 
-    async def rotate(self, spec: GuardSpec, p: pi.PodInfo, d: Decision, *, cycle: Cycle, track: PodState) -> None:
-        assert self.ledger is not None
+    async def rotate(self, found: Cycle, p: pi.PodInfo, d: Decision, track: PodState) -> Decided:
+        """Start a rotation (rotation.py) and the collection of its evidence;
+        a dry run only says, once per pod, what it would rotate."""
         reason = f"{d.reason.value}: {d.message}"
+        about = pod_ref(p.name, p.uid)
         if d.dry_run:
-            if p.uid not in self.memory.planned:
-                self.memory.planned.add(p.uid)
-                await self.event(EventReason.ROTATION_PLANNED, f"dry run: would rotate {p.name}: {reason}",
-                                 also=[pod_ref(p.name, p.uid)])
-            return
+            if p.uid in self.mem.remembered.planned:
+                return NOTHING
+            self.mem.remembered.planned.add(p.uid)
+            return Decided((say(EventReason.ROTATION_PLANNED, f"dry run: would rotate {p.name}: {reason}", about),))
         try:
             rot = await rotation.start(self.ctx.kube, p, guard=self.name, reason=reason, now=self.ctx.clock.now())
         except ApiError as e:
             log.warning("%s/%s: could not mark %s for rotation: %s", self.namespace, self.name, p.name, e)
-            return
-        self.ledger.inflight[p.uid] = rot
-        await self.write_status({"rotations": self.rotations_status()})
-        await self.event(EventReason.ROTATION_STARTED, f"rotating {p.name} (group {p.group}): {reason}",
-                         also=[pod_ref(p.name, p.uid)])
-        if spec.forensics.enabled:
-            self.start_forensics(spec, cycle, p, d, track)
+            return NOTHING
+        self.mem.ledger.inflight[p.uid] = rot
+        if found.spec.forensics.enabled:
+            self.start_evidence(found, p, d, track)
+        return Decided((say(EventReason.ROTATION_STARTED, f"rotating {p.name} (group {p.group}): {reason}", about),),
+                       {"rotations": self.mem.ledger.to_status()})
 
-    # -- evidence ----------------------------------------------------------------------
-    def collecting_for(self, uid: str) -> bool:
-        """Evidence for this pod is still coming in, within its deadline."""
-        job = self.collecting.get(uid)
-        if job is None:
-            return False
-        if job[0].done() or time.monotonic() > job[1]:
-            del self.collecting[uid]
-            return False
-        return True
-
-    def start_forensics(self, spec: GuardSpec, cycle: Cycle, p: pi.PodInfo, d: Decision, track: PodState) -> None:
-        rc = cycle.by_name.get(p.cluster)
+    def start_evidence(self, found: Cycle, p: pi.PodInfo, d: Decision, track: PodState) -> None:
+        spec = found.spec
         subject = forensics.Subject(
-            namespace=self.namespace, guard=self.name, guard_uid=str(self.body.get("metadata", {}).get("uid", "")),
+            namespace=self.namespace, guard=self.name, guard_uid=found.guard_uid,
             pod=p.name, pod_uid=p.uid, cluster=p.cluster, group=p.group, ip=p.ip,
-            sidecar_port=spec.sampling.sidecar_port,
-            gcs_address=cycle.gcs_address(p.cluster), decision=d,
+            sidecar_port=spec.sampling.sidecar_port, gcs_address=found.gcs_address(p.cluster), decision=d,
             last_sample=track.window.last)
-        # Finished collections leave: the map holds only those under way.
-        self.collecting = {uid: job for uid, job in self.collecting.items() if not job[0].done()}
-        task = asyncio.create_task(self.keep_forensics(subject, spec, rc, p, d), name=f"forensics-{p.name}")
-        # A second past the budget: the artifact is being written by then.
-        self.collecting[p.uid] = (task, time.monotonic() + spec.forensics.timeout_s + 2.0)
+        self.evidence.start(subject, kube=self.ctx.kube, budget_s=spec.forensics.timeout_s, keep_n=spec.forensics.keep,
+                            with_ray=self.ctx.ray_forensics, probe_slots=self.ctx.probe_slots,
+                            now=self.ctx.clock.now())
 
-    async def keep_forensics(self, subject: forensics.Subject, spec: GuardSpec, rc: Mapping[str, Any] | None,
-                             p: pi.PodInfo, d: Decision) -> None:
-        artifact = await forensics.collect(subject, budget_s=spec.forensics.timeout_s,
-                                           with_ray=self.ctx.ray_forensics, probe_slots=self.ctx.probe_slots)
-        pod = pod_ref(p.name, p.uid)
-        try:
-            name = await forensics.keep(self.ctx.kube, artifact, subject, keep_n=spec.forensics.keep,
-                                        now=self.ctx.clock.now())
-        except ApiError as e:
-            await self.event(EventReason.FORENSICS_FAILED, f"{p.name}: the evidence could not be kept: {e}",
-                             also=[pod])
-            return
-        size = forensics.size_of(artifact)
-        skipped = "; ".join(f"{k} skipped: {v}" for k, v in artifact["skipped"].items())
-        await self.event(EventReason.FORENSICS_KEPT, f"{p.name}: evidence kept in ConfigMap {name} "
-                         f"({size / 1024:.0f} KiB, collected in {artifact['tookSeconds']:.1f} s)"
-                         + (f"; {skipped}" if skipped else ""), also=[pod])
-        self.forensics_latest = {"latest": name, "pod": p.name, "collectedAt": artifact["collectedAt"],
-                                 "bytes": size}
-        await self.write_status({"forensics": self.forensics_latest})
-        objects = artifact.get("rayObjects") or {}
-        sites = [c.get("callSite", "") for c in objects.get("callSites") or []]
-        if sites and all(s.startswith("(not recorded") for s in sites) and spec.forensics.call_sites != Mode.OFF:
-            await self.remediate(spec, rc, p, d, "callsites")
-
-    async def close(self) -> None:
-        """The guard is gone or the operator stops: no evidence is awaited,
-        and its namespace's pod cache is let go (closed with its last guard)."""
-        for task, _ in self.collecting.values():
-            task.cancel()
-        self.collecting.clear()
-        await self.ctx.pods.release(self.namespace, self.name)
-
-    async def remediate(self, spec: GuardSpec, rc: Mapping[str, Any] | None, p: pi.PodInfo, d: Decision,
-                        kind: str) -> None:
+    async def remediate(self, found: Cycle, p: pi.PodInfo, d: Decision, kind: str) -> Decided:
         """Once per (cluster, group, kind): recommend or patch (remediation.py)."""
         key = (p.cluster, p.group, kind)
-        if rc is None or key in self.memory.remediated or p.is_head:
-            return
-        self.memory.remediated.add(key)
-        done = await remediation.remediate(self.ctx.kube, namespace=self.namespace, spec=spec, rc=rc, pod=p,
-                                           decision=d, kind=kind, report=self.event)
-        if done is None:
-            self.memory.remediated.discard(key)  # refused by the API: try again next time
-        elif done:
-            self.ctx.metrics.remediations.labels(self.namespace, self.name, kind, done).inc()
+        rc = found.by_name.get(p.cluster)
+        if rc is None or key in self.mem.remembered.remediated or p.is_head:
+            return NOTHING
+        done = await remediation.remediate(self.ctx.kube, namespace=self.namespace, spec=found.spec, rc=rc, pod=p,
+                                           decision=d, kind=kind)
+        if done.mode is not None:  # None: refused by the API, tried again next time
+            self.mem.remembered.remediated.add(key)
+        if done.mode:
+            self.ctx.metrics.remediations.labels(self.namespace, self.name, kind, done.mode).inc()
+        return Decided(done.says, {"remembered": self.mem.remembered.to_status()})
 
-    # -- reporting ---------------------------------------------------------------------
+    def history_for(self, p: pi.PodInfo, now: float, groups: Groups) -> RotationHistory:
+        ledger = self.mem.ledger
+        in_group = ledger.rotating_in(p.cluster, p.group)
+        group_starts = ledger.starts(group=(p.cluster, p.group))
+        return RotationHistory(
+            is_head=p.is_head,
+            pod_rotation_in_flight=p.uid in ledger.inflight or bool(p.rotation_phase) or p.terminating,
+            group_in_flight=in_group,
+            group_short=groups.short(p.cluster, p.group, rotating=in_group, inflight=ledger.inflight),
+            group_last_rotation_s=max(group_starts) if group_starts else None,
+            guard_rotations_last_hour=ledger.rotations_last_hour(now),
+            remediation_advised=(p.cluster, p.group) in self.mem.remembered.advised, user_requested=p.user_requested)
+
+    # -- the status ----------------------------------------------------------------------
+    def status_without_pods(self, run: Run, *, spec_error: str | None = None,
+                            refused: str | None = None) -> dict[str, Any]:
+        """The status of a guard that guards nothing this cycle, saying why."""
+        return st.build(generation=run.generation, clusters=[], pods=[], spec_error=spec_error, refused=refused,
+                        missing_clusters=[], rotations=self.mem.ledger.to_status(), last_action=None,
+                        now_iso=iso(run.now), previous=self.mem.status)
+
     async def write_status(self, status: Mapping[str, Any]) -> None:
         """Merge-patch the status, only when it changed; every key that left
         (a pod, a verdict no pod has any more) is nulled out: a merge patch
         keeps keys it is not told to remove."""
-        merged = {**(self.last_status or {}), **status}
-        if merged == self.last_status:
+        last = self.mem.status
+        merged = {**last, **status}
+        if merged == last:
             return
-        patch = {k: st.merge_patch((self.last_status or {}).get(k), v) for k, v in status.items()}
+        patch = {k: st.merge_patch(last.get(k), v) for k, v in status.items()}
         try:
             await self.ctx.kube.patch_guard_status(self.namespace, self.name, patch)
         except ApiError as e:
             log.warning("%s/%s: status not written: %s", self.namespace, self.name, e)
             return
-        self.last_status = json.loads(json.dumps(merged))
+        self.mem.status = json.loads(json.dumps(merged))
+
+    async def close(self) -> None:
+        """The guard is gone or the operator stops: no evidence is awaited,
+        and its namespace's pod cache is let go (closed with its last guard)."""
+        self.evidence.cancel()
+        await self.ctx.pods.release(self.namespace, self.name)
+
+
+def _view(j: Judged) -> st.PodView:
+    t = j.track
+    return st.PodView(j.pod.name, j.pod.group, j.decisions[0], t.error, t.blind, t.failure)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.decided import Say
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 MAX_RECENT = 20  # finished rotations kept in status.rotations.recent
@@ -42,6 +43,7 @@ class Outcome:
     kind: OutcomeKind = OutcomeKind.GOING_ON
     message: str = ""  # for an ended rotation, the Event's text; else a problem to log, or ""
     eviction_timed_out: bool = False  # FAILED because evictions were refused past the deadline
+    says: tuple[Say, ...] = ()  # Events of the step taken (drained, evicted, refused)
 
     @property
     def ended(self) -> bool:

@@ -65,7 +65,7 @@ def group(refs: Iterable[tuple[str, int, str, int]], *, top: int = TOP,
     by bytes, with counts, kinds and a few of the processes holding them.
     Stops reading after ``max_objects`` and says so."""
     sites: dict[str, list[Any]] = {}
-    n = total = 0
+    n = total = recorded = 0
     truncated = False
     for site, size, kind, pid in refs:
         if n >= max_objects:
@@ -74,6 +74,7 @@ def group(refs: Iterable[tuple[str, int, str, int]], *, top: int = TOP,
         n += 1
         size = max(0, size)
         total += size
+        recorded += bool(site)
         site = readable_site(site)
         entry = sites.get(site)
         if entry is None:
@@ -84,7 +85,10 @@ def group(refs: Iterable[tuple[str, int, str, int]], *, top: int = TOP,
         if len(entry[3]) < 5:
             entry[3].add(pid)
     ranked = sorted(sites.items(), key=lambda kv: (-kv[1][1], -kv[1][0], kv[0]))[:top]
+    # recordedSites: references whose creation site Ray recorded (none
+    # unless RAY_record_ref_creation_sites=1: the guard can then set it).
     return {"objects": n, "bytes": total, "truncated": truncated, "callSitesTotal": len(sites),
+            "recordedSites": recorded,
             "callSites": [{"callSite": s, "count": e[0], "bytes": e[1], "kinds": dict(e[2]), "pids": sorted(e[3])}
                           for s, e in ranked]}
 

@@ -6,29 +6,38 @@ pods get it as they are replaced), as the guard's spec says."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from memoryguard_kuberay.core.policy import Decision
 from memoryguard_kuberay.operator import patches
 from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.decided import Say, say
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import GuardSpec, Mode
 from memoryguard_kuberay.operator.kube import ApiError, Kube
 
-Report = Callable[..., Awaitable[None]]  # (reason, message, also=[objects]) -> Event
+
+@dataclasses.dataclass(frozen=True)
+class Remedied:
+    """What a remediation did: the mode it acted in ("recommend", "auto"),
+    "" when there was nothing to do, None when the API refused the patch
+    (to be tried again); and its Event."""
+
+    mode: str | None
+    says: tuple[Say, ...] = ()
 
 
 async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[str, Any], pod: pi.PodInfo,
-                    decision: Decision, kind: str, report: Report) -> str | None:
+                    decision: Decision, kind: str) -> Remedied:
     """Recommend or apply ``kind`` ("jemalloc", "spilling" or "callsites")
-    to the pod's group. Returns the mode acted in ("recommend", "auto"), ""
-    when there was nothing to do, None when the API refused the patch."""
+    to the pod's group."""
     mode = {"jemalloc": spec.jemalloc.mode, "spilling": spec.spilling.mode,
             "callsites": spec.forensics.call_sites}[kind]
     found = patches._worker_group(rc, pod.group)
     if mode == Mode.OFF or found is None:
-        return ""
+        return Remedied("")
     container = (((found[1].get("template") or {}).get("spec") or {}).get("containers") or [{}])[0]
     preload = next((e.get("value") for e in container.get("env") or [] if e.get("name") == "LD_PRELOAD"), None)
     env = (patches.jemalloc_env(spec.jemalloc, preload) if kind == "jemalloc"
@@ -37,16 +46,14 @@ async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[
     why = f"{pod.name}: {decision.reason.value}: {decision.message}"
     where = f"group {pod.group} of {pod.cluster}"
     if mode == Mode.RECOMMEND or spec.policy.dry_run:
-        await report(EventReason.REMEDIATION_RECOMMENDED, f"{where}: set {what} ({why})", also=[rc])
-        return str(mode.value)
+        return Remedied(str(mode.value), (say(EventReason.REMEDIATION_RECOMMENDED, f"{where}: set {what} ({why})",
+                                              rc),))
     ops = patches.remediation_patch(rc, pod.group, env, record=f"{decision.reason.value} on {pod.name}")
     if not ops:
-        return ""
+        return Remedied("")
     try:
         await kube.json_patch_raycluster(namespace, pod.cluster, ops)
     except ApiError as e:
-        await report(EventReason.REMEDIATION_FAILED, f"{where}: {e}", also=[rc])
-        return None
-    await report(EventReason.REMEDIATION_APPLIED, f"{where}: set {what} in the pod template ({why}); pods get it "
-                 "as they are replaced", also=[rc])
-    return str(mode.value)
+        return Remedied(None, (say(EventReason.REMEDIATION_FAILED, f"{where}: {e}", rc),))
+    return Remedied(str(mode.value), (say(EventReason.REMEDIATION_APPLIED, f"{where}: set {what} in the pod "
+                                          f"template ({why}); pods get it as they are replaced", rc),))

@@ -10,15 +10,15 @@ the Eviction API, whose 429 (a PodDisruptionBudget says not now) means wait.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.decided import Say, pod_ref, say
 from memoryguard_kuberay.operator.drain import Drainer
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.kube import ApiError, EvictionAnswer, Kube
 from memoryguard_kuberay.operator.ledger import InFlight, Outcome, OutcomeKind, Phase
 
-Report = Callable[[EventReason, str], Awaitable[None]]
 # An eviction is given up only after its deadline AND this many refusals: a
 # flaky API server (a 5xx or two in a row) is retried, not taken for a
 # budget that will never allow (seen in the soak: one 500, a long cycle, and
@@ -55,10 +55,15 @@ async def give_up_eviction(rot: InFlight, pod: pi.PodInfo, *, kube: Kube, now: f
 
 
 async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence[pi.PodInfo], gcs_address: str | None,
-                  drain_timeout_s: float, replacement_timeout_s: float, eviction_timeout_s: float, now: float,
-                  report: Report) -> Outcome:
-    """Do the next step of one rotation; safe to call again after any crash."""
+                  drain_timeout_s: float, replacement_timeout_s: float, eviction_timeout_s: float,
+                  now: float) -> Outcome:
+    """Do the next step of one rotation; safe to call again after any crash.
+    Returns what it did, its Events included (``Outcome.says``)."""
     pod = next((p for p in pods if p.uid == rot.uid), None)
+    about = pod_ref(rot.pod, rot.uid)
+
+    def told(reason: EventReason, message: str) -> tuple[Say, ...]:
+        return (say(reason, message, about),)
 
     def gone() -> None:
         rot.phase, rot.evicted_at = Phase.REPLACING, now
@@ -72,14 +77,14 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
             result = await drainer.drain(gcs_address=gcs_address, node_ip=pod.ip, deadline_s=drain_timeout_s,
                                          reason=f"memoryguard-kuberay: {rot.reason}")
             msg = result.message
-            if not result.skipped:
-                await report(EventReason.DRAINED if result.ok else EventReason.DRAIN_FAILED, f"{rot.pod}: {msg}")
+            says = () if result.skipped else told(EventReason.DRAINED if result.ok else EventReason.DRAIN_FAILED,
+                                                  f"{rot.pod}: {msg}")
         else:
-            msg = "no pod IP or GCS address; not drained"
+            msg, says = "no pod IP or GCS address; not drained", ()
         await kube.patch_pod_annotations(pod.namespace, pod.name, {pi.ANN_PHASE: Phase.EVICTING.value,
                                                                    pi.ANN_DRAIN: msg[:256]})
         rot.phase = Phase.EVICTING
-        return Outcome()
+        return Outcome(says=says)
     if rot.phase is Phase.EVICTING:
         if pod is None or pod.terminating:
             gone()
@@ -100,14 +105,12 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
             return Outcome(message=f"eviction of {rot.pod} failed: {e}")
         if answer is not EvictionAnswer.REFUSED:
             gone()
-            await report(EventReason.EVICTED, f"{rot.pod} evicted ({rot.reason})")
-            return Outcome()
+            return Outcome(says=told(EventReason.EVICTED, f"{rot.pod} evicted ({rot.reason})"))
         rot.refused += 1
         rot.last_refusal = message[:512]
         if rot.refused == 1 or rot.refused % 10 == 0:
-            await report(EventReason.EVICTION_REFUSED,
-                         f"{rot.pod}: eviction refused ({message}); retrying in "
-                         f"{backoff_s(rot.refused):.0f} s")
+            return Outcome(says=told(EventReason.EVICTION_REFUSED, f"{rot.pod}: eviction refused ({message}); "
+                                     f"retrying in {backoff_s(rot.refused):.0f} s"))
         return Outcome()
     # replacing: KubeRay recreates the worker; wait for a new pod of the group to be ready.
     evicted = rot.evicted_at if rot.evicted_at is not None else rot.requested_at

@@ -11,13 +11,13 @@ from typing import Any
 
 from memoryguard_kuberay.core.policy import Action, Decision, Reason, urgency
 from memoryguard_kuberay.operator import ledger
+from memoryguard_kuberay.operator.decided import BRIEF_MAX
 from memoryguard_kuberay.operator.sidecar_client import PollFailure
 
 AT_RISK = frozenset({Reason.PROJECTED_OOM, Reason.CRITICAL_USAGE, Reason.MEMORY_PRESSURE, Reason.OOM_KILLED,
                      Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL, Reason.ROTATION_DEFERRED,
                      Reason.ROTATION_IN_PROGRESS})
 MAX_RECENT = ledger.MAX_RECENT
-BRIEF_MAX = 60  # a printer column's widest text: `kubectl get memoryguards` stays readable
 # A status must stay far below what etcd stores (about 1.5 MiB an object) at
 # any scale: every pod is listed up to MAX_PODS_LISTED, beyond that only those
 # worth a look (rotating, at risk, without samples), nearest harm first, and

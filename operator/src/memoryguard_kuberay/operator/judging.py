@@ -1,0 +1,128 @@
+"""Poll every guarded pod's sidecar and ask the policy about each, as soon
+as its samples are in (a fresh sample waits for no other pod). Nothing
+here acts: the guard's step (guarding.py) rotates and remediates from what
+this returns, most urgent first.
+
+A pod's failure is that pod's verdict (issue 23): a poll never raises
+(sidecar_client.py), and whatever else one pod's samples make go wrong is
+caught here, named, and kept to that pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from memoryguard_kuberay.core.policy import Decision, PodWindow, RotationHistory, decide
+from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator import sidecar_client
+from memoryguard_kuberay.operator.clock import Clock
+from memoryguard_kuberay.operator.metrics import OperatorMetrics
+
+log = logging.getLogger("memoryguard_kuberay.operator")
+
+
+@dataclasses.dataclass
+class PodState:
+    """One pod's policy window and what its last poll said: the only state
+    a guard keeps in memory alone (the sidecars' ring buffers refill it)."""
+
+    window: PodWindow
+    group: str
+    error: str | None = None
+    failure: sidecar_client.PollFailure | None = None  # why the last poll brought no samples
+    last_decision: Decision | None = None
+    blind: bool = False  # the sidecar answers but reads no memory
+
+
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    pod: pi.PodInfo
+    track: PodState
+    decisions: list[Decision]
+
+
+@dataclasses.dataclass(frozen=True)
+class Polling:
+    """How to reach the pods and on whose clock: the same for every pod of
+    one cycle."""
+
+    port: int
+    timeout_s: float
+    clock: Clock
+    metrics: OperatorMetrics
+    namespace: str
+    guard: str
+    slots: Sequence[asyncio.Semaphore]  # taken in order for each poll: the namespace's, then everyone's
+
+
+def judge(settings: PolicySettings, track: PodState, history: RotationHistory, now: float) -> list[Decision]:
+    decisions = decide(settings=settings, window=track.window, history=history, now_s=now)
+    track.last_decision = decisions[0]
+    return decisions
+
+
+async def poll_into(p: pi.PodInfo, track: PodState, how: Polling, settings: PolicySettings) -> None:
+    """One poll of one pod, its samples into its window."""
+    if not p.ip or p.phase != "Running":
+        track.error = f"pod is {p.phase or 'pending'} without an IP" if not p.ip else None
+        track.failure = sidecar_client.PollFailure.UNREACHABLE if not p.ip else None
+        return
+    since = track.window.last.time_s if track.window.last else None
+    async with how.slots[0], how.slots[1]:
+        # Nothing older than the policy's window is asked for or kept.
+        res = await sidecar_client.poll(p.ip, how.port, since, timeout_s=how.timeout_s, now=how.clock.now,
+                                        pod_uid=p.uid, require_uid=p.injected_sidecar,
+                                        oldest_s=how.clock.now() - settings.trend_window_s)
+    how.metrics.poll_seconds.labels(how.namespace, how.guard).observe(res.latency_s)
+    if res.error and not res.samples:
+        why = (res.failure or sidecar_client.PollFailure.BAD_ANSWER).value
+        how.metrics.poll_errors.labels(how.namespace, how.guard, why).inc()
+    track.error = res.error if not res.samples else None
+    track.failure = res.failure if not res.samples else None
+    if res.samples or res.blind:
+        track.blind = res.blind or all(s.memory_current_bytes is None for s in res.samples)
+    for sample in res.samples:
+        track.window.add(sample)
+
+
+async def poll_and_judge(pods: Sequence[pi.PodInfo], tracks: dict[str, PodState], how: Polling,
+                         settings: PolicySettings, history: Callable[[pi.PodInfo], RotationHistory]) -> list[Judged]:
+    """Every pod polled at once and judged as its answer comes in; ``tracks``
+    keeps the windows of exactly these pods afterwards."""
+    live = {p.uid for p in pods}
+    for uid in [u for u in tracks if u not in live]:
+        del tracks[uid]
+    judged: list[Judged] = []
+
+    async def one(p: pi.PodInfo) -> None:
+        track = tracks.get(p.uid)
+        if track is None:
+            track = tracks[p.uid] = PodState(PodWindow(settings), p.group)
+        try:
+            await poll_into(p, track, how, settings)
+            now = how.clock.now()
+            t0 = time.perf_counter()
+            decisions = judge(settings, track, history(p), now)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("%s/%s: pod %s: unexpected %s; its verdict is BadAnswer this cycle", how.namespace,
+                      how.guard, p.name, type(exc).__name__, exc_info=True)
+            track.error = f"this pod's samples could not be judged ({type(exc).__name__})"
+            track.failure = sidecar_client.PollFailure.BAD_ANSWER
+            track.window = PodWindow(settings)  # what it sent is not kept; its ring buffer refills it
+            judged.append(Judged(p, track, judge(settings, track, history(p), how.clock.now())))
+            return
+        how.metrics.decision_seconds.labels(how.namespace, how.guard).observe(time.perf_counter() - t0)
+        if track.window.last is not None:
+            how.metrics.sample_to_decision.labels(how.namespace, how.guard).observe(
+                max(0.0, how.clock.real_seconds(now - track.window.last.time_s)))
+        judged.append(Judged(p, track, decisions))
+
+    await asyncio.gather(*(one(p) for p in pods))
+    return judged

@@ -1,0 +1,205 @@
+"""The middle tier (issue 23): a guard's whole cycle driven on a fake API
+and fake pollers, no server, no sockets. What it shows: the cycle is the
+list of steps it says; each step's decision is applied status first, Events
+after; one pod's bad answer is that pod's verdict while a leaking pod of the
+same guard is rotated; an invalid spec is said once per generation."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.operator import guarding, sidecar_client
+from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.clock import Clock
+from memoryguard_kuberay.operator.decided import Decided
+from memoryguard_kuberay.operator.guardroster import GuardRoster
+from memoryguard_kuberay.operator.metrics import OperatorMetrics
+from memoryguard_kuberay.operator.sidecar_client import Poll, PollFailure
+
+GIB = 1024**3
+NS, GUARD = "team-a", "g"
+
+
+class FakeKube:
+    """What a cycle asks of the API, answered from memory; every write is
+    recorded in order (with the Events, which the poster hands here)."""
+
+    def __init__(self, rc: dict[str, Any], guard: dict[str, Any]) -> None:
+        self.rc, self.guard = rc, guard
+        self.log: list[tuple[str, Any]] = []
+
+    async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.rc
+
+    async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
+        return [self.guard]
+
+    async def json_patch_raycluster(self, namespace: str, name: str, ops: list[Any]) -> None:
+        self.log.append(("patch-raycluster", name))
+
+    async def pdb_pages(self, namespace: str, selector: str) -> Any:
+        for _ in ():
+            yield [], ""
+
+    async def create_pdb(self, namespace: str, body: Any) -> None:
+        self.log.append(("create-pdb", body["metadata"]["name"]))
+
+    async def patch_pod_annotations(self, namespace: str, name: str, ann: dict[str, Any]) -> None:
+        self.log.append(("annotate", name))
+
+    async def patch_guard_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.log.append(("status", patch))
+
+
+class FakeEvents:
+    def __init__(self, kube: FakeKube) -> None:
+        self.kube = kube
+
+    def announce(self, namespace: str, guard: Any, said: Any) -> None:
+        self.kube.log.append(("event", said.reason.value))
+
+
+class FakePods:
+    def __init__(self, pods: Iterable[dict[str, Any]]) -> None:
+        self.infos = [pi.pod_info(p) for p in pods]
+
+    async def pods(self, namespace: str, guard: str, clusters: Iterable[str], *, wait_s: float) -> list[pi.PodInfo]:
+        return list(self.infos)
+
+    async def release(self, namespace: str, guard: str) -> None:
+        pass
+
+
+class FixedClock(Clock):
+    def __init__(self) -> None:
+        super().__init__(1.0, None)
+        self.t = 1_000_000.0
+
+    def now(self) -> float:
+        return self.t
+
+
+def _pod(name: str, ip: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": {
+        pi.LABEL_CLUSTER: "rc", pi.LABEL_GROUP: "workers", pi.LABEL_IS_RAY_NODE: "yes"}},
+        "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+RC = {"metadata": {"name": "rc", "namespace": NS}, "spec": {"workerGroupSpecs": [
+    {"groupName": "workers", "replicas": 2, "template": {"spec": {"containers": [{"name": "ray"}]}}}]}}
+
+
+def _guard(spec: dict[str, Any], generation: int = 1) -> dict[str, Any]:
+    return {"apiVersion": "memoryguard.io/v1alpha1", "kind": "MemoryGuard",
+            "metadata": {"name": GUARD, "namespace": NS, "uid": "guard-uid", "generation": generation,
+                         "creationTimestamp": "2026-12-01T00:00:00Z"}, "spec": spec}
+
+
+SPEC = {"clusterSelector": {"names": ["rc"]}, "sidecar": {"inject": False}, "pdb": {"enabled": False},
+        "forensics": {"enabled": False}, "sampling": {"intervalSeconds": 15}, "policy": {"criticalForSeconds": 300}}
+
+
+def _leaking(now: float) -> tuple[Sample, ...]:
+    # 40 minutes climbing 6 GiB/h, the last ten minutes at 98% of its 4 GiB limit.
+    out = []
+    for i in range(160):
+        t = now - (160 - i) * 15
+        cur = min(int(1.0 * GIB + 6 * GIB * (i * 15) / 3600), int(0.98 * 4 * GIB))
+        out.append(Sample(time_s=t, memory_current_bytes=cur, memory_max_bytes=4 * GIB, anon_bytes=cur,
+                          file_bytes=0, inactive_file_bytes=0, shmem_bytes=0))
+    return tuple(out)
+
+
+def _context(kube: FakeKube, pods: FakePods, clock: FixedClock) -> guarding.OperatorContext:
+    return guarding.OperatorContext(kube=kube, events=FakeEvents(kube), drainer=None, clock=clock,  # type: ignore[arg-type]
+                                    metrics=OperatorMetrics(), pods=pods,  # type: ignore[arg-type]
+                                    roster=GuardRoster(kube))  # type: ignore[arg-type]
+
+
+def test_the_cycle_is_the_list_of_steps_it_says() -> None:
+    """The module's docstring and the code name the same steps, in order."""
+    import inspect
+
+    src = inspect.getsource(guarding.GuardReconciler.cycle)
+    named = [line.strip().removeprefix("self.").rstrip(",") for line in src.split("steps: list[Step] = [")[1]
+             .split("]")[0].splitlines() if line.strip()]
+    assert named == ["read_spec", "admit", "find_clusters", "set_up_clusters", "read_pods", "advance_rotations",
+                     "take_evidence", "poll_and_decide", "summarize"]
+    for name in named:
+        step = getattr(guarding.GuardReconciler, name)
+        assert inspect.signature(step).return_annotation in ("Decided", Decided), name
+
+
+def test_a_bad_pod_is_its_own_verdict_while_its_leaking_neighbour_is_rotated(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FixedClock()
+    leaking, odd = _pod("w-leak", "127.0.0.11"), _pod("w-odd", "127.0.0.12")
+    kube = FakeKube(RC, _guard(SPEC))
+    ctx = _context(kube, FakePods([leaking, odd]), clock)
+
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        if ip == "127.0.0.12":
+            return Poll((), "HTTP/1.1 answer with a Content-Length of 10**400", 0.01, failure=PollFailure.BAD_ANSWER)
+        return Poll(_leaking(clock.t), None, 0.01)
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    loop = guarding.GuardReconciler(ctx, NS, GUARD)
+    delay = asyncio.run(loop.cycle(kube.guard))
+    assert 0 < delay <= 15
+    kinds = [k for k, _ in kube.log]
+    # The leaking pod was marked, its rotation recorded in status, and only then announced.
+    assert ("annotate", "w-leak") in kube.log and ("annotate", "w-odd") not in kube.log
+    started = kinds.index("event")
+    assert kube.log[started] == ("event", "WorkerRotationStarted")
+    recorded = [i for i, (k, v) in enumerate(kube.log) if k == "status" and "uid-w-leak" in str(v.get("rotations"))]
+    assert recorded and recorded[0] < started
+    final = loop.mem.status
+    assert final["pods"]["w-odd"]["pollFailure"] == "BadAnswer"
+    assert final["pods"]["w-leak"]["verdict"] != "BadAnswer"
+    assert "uid-w-leak" in str(final["rotations"]["inFlight"])
+
+
+def test_a_pod_whose_samples_break_the_policy_is_named_and_the_others_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a pod's samples make go wrong past the poller is caught at
+    that pod (judging.poll_and_judge), never in the cycle."""
+    clock = FixedClock()
+    kube = FakeKube(RC, _guard(SPEC))
+    ctx = _context(kube, FakePods([_pod("w-leak", "127.0.0.11"), _pod("w-weird", "127.0.0.13")]), clock)
+
+    @dataclasses.dataclass(frozen=True)
+    class Weird(Sample):
+        @property
+        def working_set_bytes(self) -> int | None:
+            raise ArithmeticError("a sample no policy can read")
+
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        if ip == "127.0.0.13":
+            return Poll((Weird(time_s=clock.t - 1, memory_current_bytes=1, memory_max_bytes=2,
+                               inactive_file_bytes=0),), None, 0.01)
+        return Poll(_leaking(clock.t), None, 0.01)
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    loop = guarding.GuardReconciler(ctx, NS, GUARD)
+    asyncio.run(loop.cycle(kube.guard))
+    pods = loop.mem.status["pods"]
+    assert pods["w-weird"]["pollFailure"] == "BadAnswer" and "ArithmeticError" in pods["w-weird"]["sidecarError"]
+    assert ("annotate", "w-leak") in kube.log
+
+
+def test_an_invalid_spec_is_said_once_per_generation_and_ends_the_cycle() -> None:
+    clock = FixedClock()
+    kube = FakeKube(RC, _guard({"clusterSelector": {"names": ["rc"]}, "sampling": {"intervalSeconds": -3}}))
+    loop = guarding.GuardReconciler(_context(kube, FakePods([]), clock), NS, GUARD)
+    assert asyncio.run(loop.cycle(kube.guard)) == guarding.INVALID_RETRY_S
+    assert asyncio.run(loop.cycle(kube.guard)) == guarding.INVALID_RETRY_S
+    assert [v for k, v in kube.log if k == "event"] == ["InvalidSpec"]
+    ready = next(c for c in loop.mem.status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"
+    kube.guard = _guard(kube.guard["spec"], generation=2)
+    asyncio.run(loop.cycle(kube.guard))
+    assert [v for k, v in kube.log if k == "event"] == ["InvalidSpec", "InvalidSpec"]

@@ -1,0 +1,102 @@
+"""The rotation's steps as a table (issue 23): from each phase and what the
+pod and the API answer, the next phase, the calls made and the Events the
+step returns (it calls nothing back up)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import pytest
+
+from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator import rotation
+from memoryguard_kuberay.operator.drain import DrainResult
+from memoryguard_kuberay.operator.kube import EvictionAnswer, ServerError
+from memoryguard_kuberay.operator.ledger import InFlight, OutcomeKind, Phase
+
+NOW = 10_000.0
+
+
+class Api:
+    def __init__(self, evict: Any) -> None:
+        self.answer = evict
+        self.calls: list[str] = []
+
+    async def patch_pod_annotations(self, namespace: str, name: str, ann: dict[str, Any]) -> None:
+        self.calls.append("annotate:" + ",".join(f"{k.split('/')[-1]}={v}" for k, v in sorted(ann.items())
+                                                  if k == pi.ANN_PHASE or v is None))
+
+    async def evict(self, namespace: str, name: str) -> tuple[EvictionAnswer, str]:
+        self.calls.append("evict")
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        answer: tuple[EvictionAnswer, str] = self.answer
+        return answer
+
+
+class Drainer:
+    async def drain(self, **_: Any) -> DrainResult:
+        return DrainResult(ok=True, message="drained in 0.4 s")
+
+
+def _pod(name: str, uid: str, *, ready: bool = True, terminating: bool = False) -> pi.PodInfo:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": uid,
+                            "labels": {pi.LABEL_CLUSTER: "rc", pi.LABEL_GROUP: "w"}}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    return pi.pod_info({"metadata": meta, "status": {"phase": "Running", "podIP": "127.0.0.5", "conditions": [
+        {"type": "Ready", "status": "True" if ready else "False"}]}})
+
+
+OLD = _pod("w-1", "u1")
+NEW = _pod("w-2", "u2")
+
+
+def _rot(phase: Phase, **kw: Any) -> InFlight:
+    return dataclasses.replace(InFlight(pod="w-1", uid="u1", cluster="rc", group="w", reason="ProjectedOOM: x",
+                                        requested_at=NOW - 100, phase=phase), **kw)
+
+
+ROWS = [
+    # (name, rotation, pods, eviction answer, phase after, outcome, calls, Events)
+    ("draining: drained, marked evicting", _rot(Phase.DRAINING), [OLD], None, Phase.EVICTING, OutcomeKind.GOING_ON,
+     ["annotate:rotation-phase=evicting"], ["WorkerDrained"]),
+    ("draining: the pod went by itself", _rot(Phase.DRAINING), [], None, Phase.REPLACING, OutcomeKind.GOING_ON,
+     [], []),
+    ("evicting: evicted", _rot(Phase.EVICTING), [OLD], (EvictionAnswer.EVICTED, ""), Phase.REPLACING,
+     OutcomeKind.GOING_ON, ["evict"], ["WorkerEvicted"]),
+    ("evicting: a budget says not now", _rot(Phase.EVICTING), [OLD], (EvictionAnswer.REFUSED, "429 budget"),
+     Phase.EVICTING, OutcomeKind.GOING_ON, ["evict"], ["WorkerEvictionRefused"]),
+    ("evicting: refused once, inside the backoff: no call",
+     _rot(Phase.EVICTING, refused=1, last_attempt=NOW - 5, evicting_since=NOW - 5), [OLD], None, Phase.EVICTING,
+     OutcomeKind.GOING_ON, [], []),
+    ("evicting: a 5xx is a refusal, never a delete", _rot(Phase.EVICTING), [OLD],
+     ServerError(500, "InternalError", "boom"), Phase.EVICTING, OutcomeKind.GOING_ON, ["evict"], []),
+    ("evicting: refused past the deadline: marks off, failed",
+     _rot(Phase.EVICTING, refused=3, last_attempt=NOW - 400, evicting_since=NOW - 4000), [OLD], None,
+     Phase.EVICTING, OutcomeKind.FAILED,
+     ["annotate:rotation-drain=None,rotation-guard=None,rotation-phase=None,rotation-reason=None,"
+      "rotation-requested-at=None"], []),
+    ("replacing: a new pod of the group is ready", _rot(Phase.REPLACING, evicted_at=NOW - 30, peers=("u1",)),
+     [NEW], None, Phase.REPLACING, OutcomeKind.ROTATED, [], []),
+    ("replacing: a peer that was there before is no replacement",
+     _rot(Phase.REPLACING, evicted_at=NOW - 30, peers=("u1", "u2")), [NEW], None, Phase.REPLACING,
+     OutcomeKind.GOING_ON, [], []),
+    ("replacing: none in time", _rot(Phase.REPLACING, evicted_at=NOW - 4000, peers=("u1",)), [], None,
+     Phase.REPLACING, OutcomeKind.FAILED, [], []),
+]
+
+
+@pytest.mark.parametrize("name,rot,pods,answer,phase,kind,calls,events", ROWS, ids=[r[0] for r in ROWS])
+def test_a_rotation_step(name: str, rot: InFlight, pods: list[pi.PodInfo], answer: Any, phase: Phase,
+                         kind: OutcomeKind, calls: list[str], events: list[str]) -> None:
+    api = Api(answer)
+    out = asyncio.run(rotation.advance(rot, kube=api, drainer=Drainer(), pods=pods,  # type: ignore[arg-type]
+                                       gcs_address="127.0.0.5:6379", drain_timeout_s=60, replacement_timeout_s=600,
+                                       eviction_timeout_s=600, now=NOW))
+    assert (rot.phase, out.kind) == (phase, kind)
+    assert [c for c in api.calls if c] == calls
+    assert [s.reason.value for s in out.says] == events
+    assert all(s.about and s.about[0]["metadata"]["uid"] == "u1" for s in out.says)
