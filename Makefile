@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup run demo test lint typecheck unit faults soak bench bench-sidecar bench-hostile bench-flood bench-operator real-leak crds traces clean
+.PHONY: setup run demo test lint typecheck unit faults real-pods soak bench bench-sidecar bench-hostile bench-flood bench-operator real-leak crds traces clean
 
 PARTS   := core sidecar operator devkit
 
@@ -77,6 +77,11 @@ faults: $(STAMP)
 
 # About 10 minutes, not in CI: 200 workers, faults at random; exits 1 on any
 # invariant violation.
+# As root where ../shared/realk8s is beside the checkout (part of make test):
+# the real-pod tier alone (a real kubelet, the project's images, a real leak).
+real-pods: $(STAMP)
+	$(BIN)/pytest -q -s tests/realpods
+
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py
 

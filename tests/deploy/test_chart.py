@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from memoryguard_kuberay.devkit.emulator.schema import to_json_schema
-from memoryguard_kuberay.operator import config, kube
+from memoryguard_kuberay.operator import apiuse, config
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,17 +102,17 @@ def _expected(use: tuple[tuple[str, str, tuple[str, ...]], ...]) -> set[tuple[st
 
 def test_rbac_is_exactly_what_the_code_uses(helm: str) -> None:
     cluster = render(helm)
-    assert _rules(cluster, "ClusterRole") == _expected(kube.API_USE) | _expected(kube.API_USE_CLUSTER)
+    assert _rules(cluster, "ClusterRole") == _expected(apiuse.API_USE) | _expected(apiuse.API_USE_CLUSTER)
     namespaced = render(helm, "--set", "watchNamespaces={ray-a,ray-b}")
-    assert _rules(namespaced, "ClusterRole") == _expected(kube.API_USE_CLUSTER)
+    assert _rules(namespaced, "ClusterRole") == _expected(apiuse.API_USE_CLUSTER)
     roles = [d for d in namespaced if d["kind"] == "Role" and not _is_hook(d)
              and not d["metadata"]["name"].endswith("-leader")]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["ray-a", "ray-b"]
-    assert _rules(roles[:1], "Role") == _expected(kube.API_USE)
+    assert _rules(roles[:1], "Role") == _expected(apiuse.API_USE)
     # Leader election: a Lease in the release's own namespace, nothing more.
     for docs in (cluster, namespaced):
         leader = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-leader")]
-        assert len(leader) == 1 and _rules(leader, "Role") == _expected(kube.API_USE_LEADER)
+        assert len(leader) == 1 and _rules(leader, "Role") == _expected(apiuse.API_USE_LEADER)
     everything = _rules(cluster, "ClusterRole")
     assert not any("*" in x for t in everything for x in t) and not any(r == "secrets" for _, r, _ in everything)
 
@@ -123,13 +123,13 @@ def test_uninstall_hook_deletes_guards_first_with_exactly_the_rights_it_uses(hel
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     c = job["spec"]["template"]["spec"]["containers"][0]
     assert c["args"][0] == "uninstall" and not any(a.startswith("--namespace") for a in c["args"])
-    assert _rules(cluster, "ClusterRole", hook=True) == _expected(kube.API_USE_UNINSTALL)
+    assert _rules(cluster, "ClusterRole", hook=True) == _expected(apiuse.API_USE_UNINSTALL)
     namespaced = render(helm, "--set", "watchNamespaces={ray-a,ray-b}")
     job = next(d for d in namespaced if d["kind"] == "Job")
     assert job["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--namespace=ray-a", "--namespace=ray-b"]
     hook_roles = [d for d in namespaced if d["kind"] == "Role" and _is_hook(d)]
     assert sorted(r["metadata"]["namespace"] for r in hook_roles) == ["ray-a", "ray-b"]
-    assert _rules(hook_roles, "Role", hook=True) == _expected(kube.API_USE_UNINSTALL)
+    assert _rules(hook_roles, "Role", hook=True) == _expected(apiuse.API_USE_UNINSTALL)
     assert not [d for d in namespaced if d["kind"] == "ClusterRole" and _is_hook(d)]
     assert not [d for d in render(helm, "--set", "uninstallHook.enabled=false") if _is_hook(d)]
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from memoryguard_kuberay.core.samples import Sample
-from memoryguard_kuberay.operator import guarding, sidecar_client
+from memoryguard_kuberay.operator import guarding, guardstate, sidecar_client
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.decided import Decided
@@ -116,8 +116,8 @@ def _leaking(now: float) -> tuple[Sample, ...]:
     return tuple(out)
 
 
-def _context(kube: FakeKube, pods: FakePods, clock: FixedClock) -> guarding.OperatorContext:
-    return guarding.OperatorContext(kube=kube, events=FakeEvents(kube), drainer=None, clock=clock,  # type: ignore[arg-type]
+def _context(kube: FakeKube, pods: FakePods, clock: FixedClock) -> guardstate.OperatorContext:
+    return guardstate.OperatorContext(kube=kube, events=FakeEvents(kube), drainer=None, clock=clock,  # type: ignore[arg-type]
                                     metrics=OperatorMetrics(), pods=pods,  # type: ignore[arg-type]
                                     roster=GuardRoster(kube))  # type: ignore[arg-type]
 

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.e2e
 
 
 def _containers(rc: dict) -> list[list[str]]:  # type: ignore[type-arg]
+    """The worker groups' containers (the head gets no sidecar unless the guard guards it)."""
     spec = rc["spec"]
-    tpls = [spec["headGroupSpec"]["template"]] + [g["template"] for g in spec["workerGroupSpecs"]]
+    tpls = [g["template"] for g in spec["workerGroupSpecs"]]
     return [[c["name"] for c in t["spec"]["containers"]] for t in tpls]
 
 

@@ -78,7 +78,7 @@ def test_inject_keeps_every_sample_valid_and_removal_restores_it(name: str,
                                                                  validator: jsonschema.Draft7Validator) -> None:
     rc = _load(name)
     original = copy.deepcopy(rc)
-    injected = json_patch(rc, patches.inject_patch(rc, SidecarInjection()))
+    injected = json_patch(rc, patches.inject_patch(rc, SidecarInjection(), include_head=True))
     assert list(validator.iter_errors(injected)) == []
     for _, _, tpl in patches.templates(injected):
         names = [c["name"] for c in tpl["spec"]["containers"]]
@@ -88,8 +88,40 @@ def test_inject_keeps_every_sample_valid_and_removal_restores_it(name: str,
         shm = next(m for m in side["volumeMounts"] if m["mountPath"] == "/dev/shm")
         assert shm["name"] in {v["name"] for v in tpl["spec"]["volumes"]}
         assert side["env"][0]["valueFrom"]["resourceFieldRef"]["containerName"] == tpl["spec"]["containers"][0]["name"]
-    assert patches.inject_patch(injected, SidecarInjection()) == []  # idempotent
+    assert patches.inject_patch(injected, SidecarInjection(), include_head=True) == []  # idempotent
     assert json_patch(injected, patches.uninject_patch(injected)) == original
+
+
+def test_a_head_no_guard_polls_gets_no_sidecar() -> None:
+    rc = _load("ray-cluster.sample.yaml")
+    injected = json_patch(rc, patches.inject_patch(rc, SidecarInjection()))
+    head = injected["spec"]["headGroupSpec"]["template"]["spec"]
+    assert patches.SIDECAR_NAME not in [c["name"] for c in head["containers"]]
+    assert all(patches.SIDECAR_NAME in [c["name"] for c in g["template"]["spec"]["containers"]]
+               for g in injected["spec"]["workerGroupSpecs"])
+
+
+@pytest.mark.parametrize("container,pod,expected", [
+    ({}, {}, (1000, 100)),  # Ray's images: user ray, uid 1000, gid 100 ("users")
+    ({"runAsUser": 2000, "runAsGroup": 3000}, {}, (2000, 3000)),
+    ({}, {"runAsUser": 1234, "runAsGroup": 5678}, (1234, 5678)),
+    ({"runAsUser": 2000}, {"runAsGroup": 42}, (2000, 42)),
+    ({"runAsUser": 0, "runAsGroup": 0}, {}, (1000, 100)),  # never root
+    ({"runAsUser": True, "runAsGroup": "7"}, {}, (1000, 100)),
+])
+def test_the_sidecar_runs_as_the_ray_containers_uid_and_gid(container: dict[str, Any], pod: dict[str, Any],
+                                                            expected: tuple[int, int]) -> None:
+    """The kernel lets the sidecar read /proc/<pid>/root of the Ray processes
+    only with their uid AND gid (seen on a real kubelet: 1000:1000 beside
+    Ray's 1000:100 was refused every file)."""
+    rc = _load("ray-cluster.sample.yaml")
+    group = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    group["containers"][0]["securityContext"] = container
+    group["securityContext"] = pod
+    injected = json_patch(rc, patches.inject_patch(rc, SidecarInjection()))
+    side = injected["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][-1]
+    ctx = side["securityContext"]
+    assert (ctx["runAsUser"], ctx["runAsGroup"]) == expected and ctx["runAsNonRoot"] is True
 
 
 def test_a_stale_patch_is_refused() -> None:

@@ -15,8 +15,9 @@ from memoryguard_kuberay.core.traces import read_trace
 from memoryguard_kuberay.operator import podinfo
 from memoryguard_kuberay.operator.clusters import Selected
 from memoryguard_kuberay.operator.groups import Groups
-from memoryguard_kuberay.operator.guarding import Cycle, GuardReconciler, Memory, OperatorContext
+from memoryguard_kuberay.operator.guarding import GuardReconciler
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
+from memoryguard_kuberay.operator.guardstate import Cycle, Memory, OperatorContext
 from memoryguard_kuberay.operator.judging import PodState, judge
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 

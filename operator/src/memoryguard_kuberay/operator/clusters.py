@@ -92,7 +92,8 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
     for rc in clusters:
         name = rc["metadata"]["name"]
         if spec.sidecar.inject:
-            ops = patches.inject_patch(rc, spec.sidecar, groups=spec.selection.worker_groups)
+            ops = patches.inject_patch(rc, spec.sidecar, groups=spec.selection.worker_groups,
+                                       include_head=spec.policy.include_head)
             if ops:
                 try:
                     await kube.json_patch_raycluster(namespace, name, ops)

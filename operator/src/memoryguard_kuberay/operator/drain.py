@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
+from memoryguard_kuberay.operator import raynodes
+
 T = TypeVar("T")
 
 
@@ -38,7 +40,8 @@ class DrainResult:
 
 
 class Drainer(Protocol):
-    async def drain(self, *, gcs_address: str, node_ip: str, deadline_s: float, reason: str) -> DrainResult: ...
+    async def drain(self, *, gcs_address: str, node_ip: str, deadline_s: float, reason: str,
+                    pod_name: str = "") -> DrainResult: ...
 
 
 class RayGcsDrainer:
@@ -57,12 +60,13 @@ class RayGcsDrainer:
         with self._lock:
             return self._running
 
-    async def drain(self, *, gcs_address: str, node_ip: str, deadline_s: float, reason: str) -> DrainResult:
+    async def drain(self, *, gcs_address: str, node_ip: str, deadline_s: float, reason: str,
+                    pod_name: str = "") -> DrainResult:
         if self.running >= self.max_pending:
             return DrainResult(False, f"{self.running} earlier drains still wait on the GCS; not draining {node_ip}")
         try:
             answer = self._in_own_thread(f"ray-drain-{node_ip}", self._drain, gcs_address, node_ip, deadline_s,
-                                         reason, self.rpc_timeout_s)
+                                         reason, self.rpc_timeout_s, pod_name)
             return await asyncio.wait_for(answer, self.rpc_timeout_s + 1)
         except TimeoutError:
             return DrainResult(False, f"drain timed out after {self.rpc_timeout_s:g} s (GCS at {gcs_address})")
@@ -102,20 +106,21 @@ class RayGcsDrainer:
         return fut
 
     @staticmethod
-    def _drain(gcs_address: str, node_ip: str, deadline_s: float, reason: str, timeout_s: float) -> DrainResult:
+    def _drain(gcs_address: str, node_ip: str, deadline_s: float, reason: str, timeout_s: float,
+               pod_name: str = "") -> DrainResult:
         import ray._raylet
         from ray.core.generated import autoscaler_pb2
 
         client = ray._raylet.GcsClient(address=gcs_address)  # type: ignore[attr-defined]
         nodes = client.get_all_node_info(timeout=timeout_s)
-        alive = [(nid, info) for nid, info in nodes.items()
-                 if info.node_manager_address == node_ip and info.state == 0]
+        ids = {id(info): nid for nid, info in nodes.items()}
+        alive, where = raynodes.find(nodes.values(), pod_ip=node_ip, pod_name=pod_name)
         if not alive:
-            return DrainResult(False, f"no alive Ray node at {node_ip}")
-        workers = [(nid, info) for nid, info in alive if not info.is_head_node]
+            return DrainResult(False, f"no alive Ray node {where}")
+        workers = [info for info in alive if not info.is_head_node]
         if not workers:
-            return DrainResult(False, f"the Ray node at {node_ip} is the head; not draining it")
-        nid, _ = workers[0]
+            return DrainResult(False, f"the Ray node {where} is the head; not draining it")
+        nid = ids[id(workers[0])]
         deadline_ms = int((time.time() + deadline_s) * 1000)
         accepted, why = client.drain_node(nid.hex(), autoscaler_pb2.DrainNodeReason.Value(  # type: ignore[attr-defined]
             "DRAIN_NODE_REASON_PREEMPTION"), reason[:256], deadline_ms)
@@ -127,5 +132,6 @@ class RayGcsDrainer:
 class NoDrainer:
     """For clusters (and the emulator) without a reachable GCS."""
 
-    async def drain(self, *, gcs_address: str, node_ip: str, deadline_s: float, reason: str) -> DrainResult:
+    async def drain(self, *, gcs_address: str, node_ip: str, deadline_s: float, reason: str,
+                    pod_name: str = "") -> DrainResult:
         return DrainResult(False, "draining disabled", skipped=True)

@@ -18,8 +18,8 @@ from memoryguard_kuberay.operator import budgets, clusters, patches
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.decided import say
 from memoryguard_kuberay.operator.events import EventReason
-from memoryguard_kuberay.operator.guarding import OperatorContext
 from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
+from memoryguard_kuberay.operator.guardstate import OperatorContext
 from memoryguard_kuberay.operator.kube import ApiError
 
 

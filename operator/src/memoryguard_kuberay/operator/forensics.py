@@ -110,21 +110,21 @@ def _int(v: Any) -> int | None:
 
 
 async def ray_objects(gcs_address: str, node_ip: str, timeout_s: float,
-                      slots: asyncio.Semaphore | None = None) -> dict[str, Any]:
+                      slots: asyncio.Semaphore | None = None, pod_name: str = "") -> dict[str, Any]:
     """The objects on the pod's Ray node by call site, from a ``rayprobe``
     process that is killed if it outlives ``timeout_s``. ``slots`` bounds the
     probes running at once across every guard (each imports Ray: about 100
     MiB): however many rotations guards start, a probe that gets no slot
     within the budget is skipped."""
     if slots is None:
-        return await _probe(gcs_address, node_ip, timeout_s)
+        return await _probe(gcs_address, node_ip, timeout_s, pod_name)
     async with slots:
-        return await _probe(gcs_address, node_ip, timeout_s)
+        return await _probe(gcs_address, node_ip, timeout_s, pod_name)
 
 
-async def _probe(gcs_address: str, node_ip: str, timeout_s: float) -> dict[str, Any]:
+async def _probe(gcs_address: str, node_ip: str, timeout_s: float, pod_name: str = "") -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
-        *PROBE, "--gcs", gcs_address, "--node-ip", node_ip,
+        *PROBE, "--gcs", gcs_address, "--node-ip", node_ip, "--pod-name", pod_name,
         "--timeout", f"{max(1.0, timeout_s - 1):g}", stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL, stdin=asyncio.subprocess.DEVNULL)
 
@@ -183,7 +183,7 @@ async def collect(subject: Subject, *, budget_s: float,
         procs_job = nothing
     if with_ray and subject.ip and subject.gcs_address:
         ray_job: Callable[[], Awaitable[Mapping[str, Any]]] = functools.partial(
-            ray_objects, subject.gcs_address, subject.ip, budget_s, probe_slots)
+            ray_objects, subject.gcs_address, subject.ip, budget_s, probe_slots, subject.pod)
     else:
         skipped["rayObjects"] = ("no Ray GCS address for the cluster" if with_ray and subject.ip
                                  else "Ray is not reachable from the operator here (MEMORYGUARD_DRAIN=false)")

@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from memoryguard_kuberay.operator import config, crd, finalizer, guarding
+from memoryguard_kuberay.operator import config, crd, finalizer, guarding, guardstate
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.drain import NoDrainer, RayGcsDrainer
 from memoryguard_kuberay.operator.eventqueue import EventPoster
@@ -58,7 +58,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     drainer = RayGcsDrainer(rpc_timeout_s=cfg.drain_rpc_timeout_s) if cfg.drain else NoDrainer()
     events = EventPoster(kube)
     events.start()
-    memo.ctx = guarding.OperatorContext(
+    memo.ctx = guardstate.OperatorContext(
         kube=kube, events=events, drainer=drainer, pods=PodCaches(kube, watch_timeout_s=cfg.watch_timeout_s),
         clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics, sidecar_image=cfg.sidecar_image, trust=cfg.trust,
         ray_forensics=cfg.drain, roster=GuardRoster(kube, limit=cfg.max_guards_per_namespace))
@@ -77,7 +77,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | None, name: str | None,
                 memo: kopf.Memo, **_: Any) -> None:
     """Each MemoryGuard's reconciler: one cycle per sampling interval until stopped."""
-    ctx: guarding.OperatorContext = memo.ctx
+    ctx: guardstate.OperatorContext = memo.ctx
     reconciler = guarding.GuardReconciler(ctx, namespace or "", name or "")
     try:
         while not stopped:

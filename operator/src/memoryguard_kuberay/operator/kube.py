@@ -1,10 +1,8 @@
 """The one module that talks to the Kubernetes API.
 
 Every request the operator makes goes through ``Kube``, and every
-(API group, resource, verb) it can use is listed in ``API_USE``: the chart's
-RBAC rules are generated from that list and a test holds them equal, so the
-operator can never need a permission the chart does not grant, nor the chart
-grant one the code does not use. Pods are never deleted here: a rotation
+(API group, resource, verb) it can use is listed in apiuse.py, which the
+chart's RBAC rules must equal. Pods are never deleted here: a rotation
 evicts (``POST .../eviction``, honouring PodDisruptionBudgets).
 """
 
@@ -22,41 +20,6 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
-
-# (apiGroup, resource, verbs): exactly what this module's methods call, plus
-# what kopf itself needs to watch MemoryGuards (list, watch, patch for its
-# finalizer and progress annotations) and to discover namespaces and CRDs.
-# The chart's RBAC rules must equal this (tests/deploy/test_chart.py).
-API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("memoryguard.io", "memoryguards", ("list", "watch", "patch")),
-    ("memoryguard.io", "memoryguards/status", ("patch",)),
-    ("ray.io", "rayclusters", ("get", "list", "patch")),
-    # Pods are listed in pages and watched (podcache.py), never listed whole every cycle.
-    ("", "pods", ("list", "watch", "patch")),
-    ("", "pods/eviction", ("create",)),
-    ("", "events", ("create",)),
-    # Read with one label-selected LIST per guard per cycle, not a GET per group.
-    ("policy", "poddisruptionbudgets", ("list", "create", "patch", "delete")),
-    # The evidence kept before a rotation (forensics.py): one ConfigMap per
-    # rotation, owned by the guard, the oldest deleted past spec.forensics.keep.
-    ("", "configmaps", ("create", "list", "delete")),
-)
-# What the chart's pre-delete hook (``memoryguard-kuberay uninstall``) needs: delete
-# every guard and watch them go while the operator still runs their
-# finalizers. Its own ServiceAccount and ClusterRole, only for the hook.
-API_USE_UNINSTALL: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("memoryguard.io", "memoryguards", ("list", "delete")),
-)
-# Leader election among replicas (leader.py): one Lease in the operator's own
-# namespace, with a Role there.
-API_USE_LEADER: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("coordination.k8s.io", "leases", ("get", "create", "update")),
-)
-# Cluster-scoped reads kopf makes in any mode (not namespaced).
-API_USE_CLUSTER: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("", "namespaces", ("get", "list", "watch")),
-    ("apiextensions.k8s.io", "customresourcedefinitions", ("get", "list", "watch")),
-)
 
 # An Event refused by a busy or failing API server (429, 5xx, no answer) is
 # tried again after each of these delays (seconds), then dropped: as

@@ -25,6 +25,12 @@ TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 INJECTED_ANNOTATION = "memoryguard.io/injected"
 REMEDIATION_ANNOTATION = "memoryguard.io/remediation"
 Op = dict[str, Any]
+# Ray's own images run Ray as user "ray": uid 1000, gid 100 ("users"). The
+# sidecar reads the Ray processes' cgroup through /proc/<pid>/root, which
+# the kernel allows only to a process of the same uid AND gid (or one with
+# CAP_SYS_PTRACE, which it does not have): seen on a real kubelet, a sidecar
+# at 1000:1000 beside Ray at 1000:100 was denied every file (docs/facts.md).
+RAY_IMAGE_UID, RAY_IMAGE_GID = 1000, 100
 
 
 def _esc(s: str) -> str:
@@ -127,7 +133,25 @@ def _annotation_op(tpath: str, tpl: Mapping[str, Any], key: str, value: str) -> 
     return {"op": "add", "path": f"{tpath}/metadata/annotations/{_esc(key)}", "value": value}
 
 
-def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: str) -> dict[str, Any]:
+def ray_identity(pod_spec: Mapping[str, Any], ray: Mapping[str, Any]) -> tuple[int, int]:
+    """The uid and gid the Ray container runs as, as far as the template
+    says (its securityContext, else the pod's), else those of Ray's images."""
+    ctx = ray.get("securityContext") or {}
+    pod = pod_spec.get("securityContext") or {}
+
+    def pick(key: str, default: int) -> int:
+        value = ctx.get(key, pod.get(key))
+        return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31 else default
+
+    return pick("runAsUser", RAY_IMAGE_UID), pick("runAsGroup", RAY_IMAGE_GID)
+
+
+def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: str,
+                      identity: tuple[int, int] = (RAY_IMAGE_UID, RAY_IMAGE_GID)) -> dict[str, Any]:
+    """The injected container. ``identity``: the Ray container's uid and gid,
+    which the sidecar must share to read its processes (never root: a Ray
+    container running as root is read only where it shares nothing else)."""
+    uid, gid = identity
     return {
         "name": SIDECAR_NAME,
         "image": s.image,
@@ -146,7 +170,7 @@ def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: 
         # serves. Liveness restarts only a sampling loop stalled for minutes.
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": s.port}, "periodSeconds": 30,
                           "timeoutSeconds": 5, "failureThreshold": 5},
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid,
                             "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
         "volumeMounts": [
@@ -157,11 +181,15 @@ def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: 
     }
 
 
-def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence[str] = ()) -> list[Op]:
-    """Ops adding the sidecar to every template (or the named worker groups)
-    that lacks it. Idempotent: a template that has it is left alone."""
+def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence[str] = (),
+                 include_head: bool = False) -> list[Op]:
+    """Ops adding the sidecar to every worker template (or the named worker
+    groups), and to the head's when the guard guards the head, that lacks
+    it. Idempotent: a template that has it is left alone. (A head no guard
+    polls gets no sidecar: it would cost a container and, with hostNetwork,
+    take the port the workers' sidecars need on that host.)"""
     ops: list[Op] = []
-    for group, tpath, tpl in templates(rc):
+    for group, tpath, tpl in templates(rc, include_head=include_head):
         if groups and group not in groups and group != "headgroup":
             continue
         spec = tpl.get("spec") or {}
@@ -183,7 +211,7 @@ def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence
                         "value": mount if ray.get("volumeMounts") else [mount]})
         ops.append({"op": "test", "path": f"{tpath}/spec/containers/{RAY_CONTAINER}/name", "value": ray.get("name")})
         ops.append({"op": "add", "path": f"{tpath}/spec/containers/-",
-                    "value": sidecar_container(s, str(ray.get("name", "ray")), shm)})
+                    "value": sidecar_container(s, str(ray.get("name", "ray")), shm, ray_identity(spec, ray))})
         if spec.get("volumes"):
             ops.extend({"op": "add", "path": f"{tpath}/spec/volumes/-", "value": v} for v in volumes)
         else:

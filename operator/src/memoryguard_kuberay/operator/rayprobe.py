@@ -28,6 +28,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from memoryguard_kuberay.operator import raynodes
+
 NOT_RECORDED = "(not recorded: RAY_record_ref_creation_sites=1 records it)"
 TOP = 20
 MAX_OBJECTS = 100_000
@@ -99,7 +101,8 @@ def _refs(reply: Any) -> Iterable[tuple[str, int, str, int]]:
             yield ref.call_site, int(ref.object_size), kind_of(ref), int(worker.pid)
 
 
-def probe(gcs_address: str, node_ip: str, *, timeout_s: float, top: int, max_objects: int) -> dict[str, Any]:
+def probe(gcs_address: str, node_ip: str, *, timeout_s: float, top: int, max_objects: int,
+          pod_name: str = "") -> dict[str, Any]:
     import grpc
     import ray._raylet
     from ray.core.generated import node_manager_pb2, node_manager_pb2_grpc
@@ -107,9 +110,9 @@ def probe(gcs_address: str, node_ip: str, *, timeout_s: float, top: int, max_obj
     t0 = time.monotonic()
     client = ray._raylet.GcsClient(address=gcs_address)  # type: ignore[attr-defined]
     nodes = client.get_all_node_info(timeout=timeout_s)
-    alive = [info for info in nodes.values() if info.node_manager_address == node_ip and info.state == 0]
+    alive, where = raynodes.find(nodes.values(), pod_ip=node_ip, pod_name=pod_name)
     if not alive:
-        return {"error": f"no alive Ray node at {node_ip}"}
+        return {"error": f"no alive Ray node {where}"}
     node = alive[0]
     left = max(1.0, timeout_s - (time.monotonic() - t0))
     channel = grpc.insecure_channel(f"{node.node_manager_address}:{node.node_manager_port}", options=[
@@ -131,12 +134,14 @@ def main(argv: list[str] | None = None) -> int:
                                  description="Ray objects on one node by call site, as JSON")
     ap.add_argument("--gcs", required=True, help="the head's GCS address, host:port")
     ap.add_argument("--node-ip", required=True, help="the pod's IP (its Ray node's address)")
+    ap.add_argument("--pod-name", default="", help="the pod's name (its Ray node's name, under hostNetwork)")
     ap.add_argument("--timeout", type=float, default=20.0)
     ap.add_argument("--top", type=int, default=TOP)
     ap.add_argument("--max-objects", type=int, default=MAX_OBJECTS)
     args = ap.parse_args(argv)
     try:
-        doc = probe(args.gcs, args.node_ip, timeout_s=args.timeout, top=args.top, max_objects=args.max_objects)
+        doc = probe(args.gcs, args.node_ip, timeout_s=args.timeout, top=args.top, max_objects=args.max_objects,
+                    pod_name=args.pod_name)
     except Exception as e:  # any failure is the answer, said in one line
         doc = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     json.dump(doc, sys.stdout, separators=(",", ":"))

@@ -74,7 +74,8 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
             gone()  # gone already (KubeRay, a user, the kubelet)
             return Outcome()
         if pod.ip and gcs_address:
-            result = await drainer.drain(gcs_address=gcs_address, node_ip=pod.ip, deadline_s=drain_timeout_s,
+            result = await drainer.drain(gcs_address=gcs_address, node_ip=pod.ip, pod_name=pod.name,
+                                         deadline_s=drain_timeout_s,
                                          reason=f"memoryguard-kuberay: {rot.reason}")
             msg = result.message
             says = () if result.skipped else told(EventReason.DRAINED if result.ok else EventReason.DRAIN_FAILED,

@@ -13,11 +13,15 @@ served with every sample, so nobody has to guess what was measured.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Protocol
 
 from memoryguard_kuberay.sidecar.cgroup import CgroupV1Reader, CgroupV2Reader, MemoryReading
-from memoryguard_kuberay.sidecar.procfs import SmapsReader, cgroup_dir_candidates, find_ray_pids
+from memoryguard_kuberay.sidecar.procfs import SmapsReader, access_problem, cgroup_dir_candidates, find_ray_pids
+
+log = logging.getLogger("memoryguard_kuberay.sidecar")
+_said: set[str] = set()  # each access problem is logged once per process, not every discovery
 
 
 class Source(Protocol):
@@ -62,4 +66,8 @@ def discover(*, cgroup_root: str | None, proc_root: str, pattern: str, limit_byt
         smaps = SmapsReader(proc_root, lambda: find_ray_pids(proc_root, pattern, exclude), limit_bytes)
         if smaps.usable():
             return smaps
+        problem = access_problem(proc_root, pids[0])
+        if problem and problem not in _said:
+            _said.add(problem)
+            log.warning("%s", problem)
     return None

@@ -97,7 +97,9 @@ class SmapsReader:
         self.pid: int | None = None  # follows the processes itself
 
     def usable(self) -> bool:
-        return bool(self.pids())
+        """Some Ray process's smaps_rollup can be read (the kernel refuses
+        it, as /proc/<pid>/root, to another uid or gid)."""
+        return any(_readable(os.path.join(self.proc_root, str(pid), "smaps_rollup")) for pid in self.pids()[:8])
 
     def errors(self) -> dict[str, int]:
         return {f"{pid}/smaps_rollup": f.errors for pid, f in self.files.items()}
@@ -132,3 +134,41 @@ class SmapsReader:
             return MemoryReading(limit_bytes=self.limit_bytes, limit_known=self.limit_bytes is not None)
         return MemoryReading(current_bytes=pss, limit_bytes=self.limit_bytes, limit_known=self.limit_bytes is not None,
                              anon_bytes=anon, file_bytes=file_, inactive_file_bytes=0, shmem_bytes=shmem)
+
+
+def _readable(path: str) -> bool:
+    """Opened and read: a /proc file's mode says r--r--r-- whoever asks
+    (os.access believes it); the kernel's check is made when it is opened."""
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+        return True
+    except OSError:
+        return False
+
+
+def access_problem(proc_root: str, pid: int) -> str | None:
+    """Why this process's files cannot be read, in a sentence, or None.
+    Reading /proc/<pid>/root and smaps_rollup needs the same uid AND gid as
+    the process (or CAP_SYS_PTRACE): a sidecar at 1000:1000 beside Ray's
+    1000:100 is refused every file (seen on a real kubelet, docs/facts.md)."""
+    base = os.path.join(proc_root, str(pid))
+    try:
+        os.listdir(os.path.join(base, "root"))
+        return None
+    except PermissionError:
+        pass
+    except OSError:
+        return None
+    ids = {}
+    try:
+        with open(os.path.join(base, "status"), "rb") as f:
+            for line in f.read(8192).decode("utf-8", "replace").splitlines():
+                key, _, value = line.partition(":")
+                if key in ("Uid", "Gid"):
+                    ids[key] = value.split()[0] if value.split() else "?"
+    except OSError:
+        pass
+    return (f"Ray's process {pid} (uid {ids.get('Uid', '?')}, gid {ids.get('Gid', '?')}) cannot be read by this "
+            f"sidecar (uid {os.getuid()}, gid {os.getgid()}): the kernel lets only the same uid and gid read "
+            "/proc/<pid>/root; run the sidecar with the Ray container's runAsUser and runAsGroup")

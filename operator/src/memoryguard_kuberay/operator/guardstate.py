@@ -1,0 +1,121 @@
+"""What a guard's loop works with, apart from the loop itself (guarding.py):
+the operator's context (made once at startup, kept in kopf's memo), one
+cycle's findings (``Run``, ``Cycle``: made afresh each cycle and dropped at
+its end) and a guard's memory between cycles (``Memory``: the policy
+windows, and what it last wrote to the objects, read back at start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.core.trust import Trust
+from memoryguard_kuberay.operator import clusters, forensics, guardroster
+from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator import status as st
+from memoryguard_kuberay.operator.clock import Clock
+from memoryguard_kuberay.operator.drain import Drainer
+from memoryguard_kuberay.operator.eventqueue import EventPoster
+from memoryguard_kuberay.operator.groups import Groups
+from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec
+from memoryguard_kuberay.operator.judging import PodState
+from memoryguard_kuberay.operator.kube import Kube
+from memoryguard_kuberay.operator.ledger import Ledger
+from memoryguard_kuberay.operator.metrics import OperatorMetrics
+from memoryguard_kuberay.operator.podcache import PodCaches
+from memoryguard_kuberay.operator.remembered import Remembered
+
+POD_CONNECTIONS = 256  # every guard's polls at once
+
+
+@dataclasses.dataclass
+class OperatorContext:
+    """What every guard's loop uses, made once at startup (kept in kopf's memo)."""
+
+    kube: Kube
+    events: EventPoster
+    drainer: Drainer
+    clock: Clock
+    metrics: OperatorMetrics
+    pods: PodCaches  # every guard's pods, from one watch per namespace
+    sidecar_image: str = DEFAULT_SIDECAR_IMAGE
+    trust: Trust | None = None  # the installer's limits on guards (trust.py)
+    ray_forensics: bool = True  # Ray's GCS is reachable (MEMORYGUARD_DRAIN): list objects by call site
+    roster: guardroster.GuardRoster = dataclasses.field(default=None)  # type: ignore[assignment]
+    # Connections to pods at once, across every guard: each is a descriptor.
+    pod_slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(POD_CONNECTIONS))
+    # And per namespace (a tenant): pods that hang, however many guards poll
+    # them, hold at most POLL_CONCURRENCY of the POD_CONNECTIONS.
+    namespace_slots: dict[str, asyncio.Semaphore] = dataclasses.field(default_factory=dict)
+    probe_slots: asyncio.Semaphore = dataclasses.field(
+        default_factory=lambda: asyncio.Semaphore(forensics.MAX_PROBES))  # rayprobe processes at once
+
+    def __post_init__(self) -> None:
+        if self.roster is None:  # every namespace's guards, listed once for all its guards
+            self.roster = guardroster.GuardRoster(self.kube)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cycle:
+    """What the cycle found of the guard's clusters and pods."""
+
+    spec: GuardSpec
+    selected: clusters.Selected
+    pods: list[pi.PodInfo]  # every pod of the selected clusters
+    guarded: list[pi.PodInfo]  # those this guard judges
+    groups: Groups
+    guard_uid: str = ""  # the guard's own uid: its evidence's ConfigMaps are owned by it
+
+    @functools.cached_property
+    def by_name(self) -> dict[str, Mapping[str, Any]]:
+        """The selected RayClusters by name (looked up once per pod)."""
+        return {c["metadata"]["name"]: c for c in self.selected.clusters}
+
+    def gcs_address(self, cluster: str) -> str | None:
+        """Its head's GCS, found when asked: it scans the pods, so only for
+        the clusters a rotation or a forensic probe is in."""
+        rc = self.by_name.get(cluster)
+        return clusters.gcs_address(rc, self.pods) if rc is not None else None
+
+
+@dataclasses.dataclass
+class Run:
+    """One cycle's findings, filled in by its steps in order and dropped at
+    its end: nothing of it outlives the cycle."""
+
+    body: Mapping[str, Any]
+    now: float
+    spec: GuardSpec | None = None
+    guards: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the namespace's guards
+    selected: clusters.Selected | None = None
+    found: Cycle | None = None
+    views: list[st.PodView] = dataclasses.field(default_factory=list)
+
+    @property
+    def generation(self) -> int | None:
+        return (self.body.get("metadata") or {}).get("generation")
+
+
+@dataclasses.dataclass
+class Memory:
+    """What a guard keeps between cycles: the policy windows, and what it
+    last wrote to the objects (read back from the guard's status on the
+    first cycle, so a restarted operator goes on where it was)."""
+
+    tracks: dict[str, PodState] = dataclasses.field(default_factory=dict)
+    settings: PolicySettings | None = None  # the windows' settings: new ones start new windows
+    ledger: Ledger = dataclasses.field(default_factory=Ledger)
+    remembered: Remembered = dataclasses.field(default_factory=Remembered)
+    status: dict[str, Any] = dataclasses.field(default_factory=dict)  # as last written
+    invalid_generation: int | None = None  # the spec generation already reported invalid
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> Memory:
+        return cls(ledger=Ledger.from_status(status), remembered=Remembered.from_status(status),
+                   status=json.loads(json.dumps(status)))

@@ -1,0 +1,389 @@
+"""Real pods on a real kubelet (issue 28): a real Ray worker leaking in a
+real pod, rotated before the kernel kills it.
+
+The kit's kubelet and containerd run the pods for real (tests/realpods/
+kubelet.py); the images are the project's Dockerfiles carried out here
+(images.py); KubeRay is played through the real API (kuberay.py), the
+operator runs as the chart runs it with the chart's ServiceAccount token
+(on the host: the kit's pods reach each other and the host only with
+``hostNetwork``, so the Ray pods use it, each Ray node on ports of its own).
+
+One RayCluster: a head, a guarded worker group (``guarded``: the injected
+sidecar beside Ray) and an unguarded one (``control``: no sidecar), whose
+workers leak alike from one driver: the kernel OOM-kills the control
+worker at its real limit, and the lead of the guarded worker's eviction
+over that kill is printed. The tests run in file order on one cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from memoryguard_kuberay.operator import patches
+
+from ..devworld import KUBERAY, ROOT
+from ..procs import free_port, http_get, stop
+from ..realk8s.controlplane import k8s_tools
+from ..realk8s.operatorproc import operator_command
+from . import images
+from . import kubelet as kit
+from .kuberay import KubeRay
+
+pytestmark = pytest.mark.realpods
+
+NS, RELEASE_NS, RELEASE, SA = "ray-real", "mg-system", "mg", "mg-memoryguard"
+MIB = 1024**2
+WORKER_LIMIT = "1Gi"
+LEAK_MIB_PER_S = 3.0
+GUARDS = f"/apis/memoryguard.io/v1alpha1/namespaces/{NS}/memoryguards"
+# The policy's test profile (examples/guards/test-profile.yaml): windows short
+# enough for a leak that reaches its limit in minutes; never a production setting.
+TEST_PROFILE = yaml.safe_load((ROOT / "examples" / "guards" / "test-profile.yaml").read_text())["spec"]["policy"]
+
+LEAKER = textwrap.dedent("""
+    import sys, time, ray
+    ray.init(address="auto", logging_level="ERROR")
+    rate, until = float(sys.argv[1]), time.time() + float(sys.argv[2])
+
+    @ray.remote(num_cpus=0, max_restarts=0)
+    class Leaker:
+        # The two leaks the field reports: a structure that only grows, and
+        # ObjectRefs kept (their objects never released).
+        def __init__(self):
+            self.heap, self.refs = [], []
+
+        def grow(self, mib):
+            b = bytearray(int(mib * 2**20))
+            b[::4096] = b"\\x01" * ((len(b) + 4095) // 4096)  # touched: resident, not a lazy zero page
+            self.heap.append(b)
+            self.refs.append(ray.put(bytes(128 * 1024)))
+            return sum(map(len, self.heap))
+
+    live = {g: Leaker.options(resources={g: 1}, name=f"leaker-{g}", lifetime="detached").remote()
+            for g in ("guarded", "control")}
+    print("started", time.time(), flush=True)
+    while live and time.time() < until:
+        t = time.time()
+        for g, a in list(live.items()):
+            try:
+                held = ray.get(a.grow.remote(rate), timeout=30)
+                print("held", g, held, flush=True)
+            except Exception as e:
+                print("died", g, time.time(), type(e).__name__, flush=True)
+                del live[g]
+        time.sleep(max(0.0, 1.0 - (time.time() - t)))
+    print("done", time.time(), flush=True)
+""")
+
+
+class Cluster:
+    def __init__(self, kl: kit.Kubelet, kuberay: KubeRay, operator: subprocess.Popen[bytes], log: Path,
+                 workdir: Path, ports: dict[str, int]) -> None:
+        self.kl, self.api, self.kuberay, self.operator, self.log, self.workdir, self.ports = (
+            kl, kl.admin(), kuberay, operator, log, workdir, ports)
+        self.facts: dict[str, Any] = {}
+
+    def wait_for(self, pred: Callable[[], Any], timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            v = pred()
+            if v:
+                return v
+            time.sleep(0.5)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}; stand-in errors: "
+                             f"{self.kuberay.errors[-3:]}\n--- operator log ---\n"
+                             f"{self.log.read_text(errors='replace')[-6000:]}")
+
+    def pods(self, group: str, *, live: bool = True) -> list[dict[str, Any]]:
+        return [p for p in self.kuberay.pods() if p["metadata"]["labels"].get("ray.io/group") == group
+                and not (live and p["metadata"].get("deletionTimestamp"))]
+
+    def running(self, group: str) -> dict[str, Any] | None:
+        return next((p for p in self.pods(group) if all(
+            c.get("ready") for c in (p.get("status") or {}).get("containerStatuses") or [{}])
+            and (p.get("status") or {}).get("phase") == "Running"), None)
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        items = self.api.ok("GET", f"/api/v1/namespaces/{NS}/events")["items"]
+        return [e for e in items if e.get("reason") == reason]
+
+
+def _ray_start(kind: str, ip: str, gcs: int, resources: dict[str, int], metrics_port: int) -> list[str]:
+    """``ray start`` as KubeRay writes it for a node, with ports of its own:
+    every Ray node of the cluster shares the host's network here."""
+    p = {k: free_port() for k in ("nm", "om", "agent", "agent_grpc", "runtime_env")}
+    low = free_port()
+    args = ["ray", "start", "--block", "--disable-usage-stats", f"--node-ip-address={ip}", "--num-cpus=1",
+            # Under hostNetwork the pod's IP is the host's (and Ray registers a
+            # node started at 127.0.0.1 under the host's outward address): the
+            # operator finds the pod's Ray node by its name instead (raynodes.py).
+            "--node-name=$(MY_POD_NAME)",
+            f"--resources={json.dumps(resources)}", "--object-store-memory=80000000",
+            f"--metrics-export-port={metrics_port}", f"--node-manager-port={p['nm']}",
+            f"--object-manager-port={p['om']}", f"--dashboard-agent-listen-port={p['agent']}",
+            f"--dashboard-agent-grpc-port={p['agent_grpc']}", f"--runtime-env-agent-port={p['runtime_env']}",
+            f"--min-worker-port={low}", f"--max-worker-port={low + 40}"]
+    if kind == "head":
+        return [*args, "--head", f"--port={gcs}", "--include-dashboard=false"]
+    return [*args, f"--address=127.0.0.1:{gcs}"]
+
+
+def _template(name: str, image: str, command: list[str], memory: str) -> dict[str, Any]:
+    # RAY_memory_monitor_refresh_ms=0: Ray's own memory monitor is off, so the
+    # harm a leak comes to is the kernel's OOM kill at the container's limit
+    # (with it on, seen here: Ray kills the leaking actor's worker at 95% of
+    # the limit first, the container living on).
+    env = [{"name": "MY_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+           {"name": "RAY_memory_monitor_refresh_ms", "value": "0"}]
+    return {"spec": {"hostNetwork": True, "terminationGracePeriodSeconds": 30, "containers": [{
+        "name": name, "image": image, "imagePullPolicy": "Never", "command": command, "env": env,
+        "resources": {"requests": {"cpu": "100m", "memory": memory}, "limits": {"memory": memory}}}]}}
+
+
+def _raycluster(ray_image: str, gcs: int) -> dict[str, Any]:
+    # The guarded worker's Ray metrics on KubeRay's port (8080), where the
+    # injected sidecar reads them; the control's and the head's elsewhere.
+    head = _template("ray-head", ray_image, _ray_start("head", "127.0.0.1", gcs, {}, free_port()), "2Gi")
+    guarded = _template("ray-worker", ray_image, _ray_start("worker", "127.0.0.1", gcs, {"guarded": 1}, 8080),
+                        WORKER_LIMIT)
+    # 127.0.0.2: the control's Ray node is not found by the guarded pod's IP
+    # (a drain looks Ray nodes up by pod IP; hostNetwork pods of one host share it).
+    control = _template("ray-worker", ray_image, _ray_start("worker", "127.0.0.2", gcs, {"control": 1},
+                                                            free_port()), WORKER_LIMIT)
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "real-rc", "namespace": NS},
+            "spec": {"rayVersion": images.ray_version(),
+                     "headGroupSpec": {"rayStartParams": {"port": str(gcs)}, "template": head},
+                     "workerGroupSpecs": [
+                         {"groupName": "guarded", "replicas": 1, "rayStartParams": {}, "template": guarded},
+                         {"groupName": "control", "replicas": 1, "rayStartParams": {}, "template": control}]}}
+
+
+def _guard(port: int, sidecar_image: str) -> dict[str, Any]:
+    return {"apiVersion": "memoryguard.io/v1alpha1", "kind": "MemoryGuard",
+            "metadata": {"name": "real-guard", "namespace": NS},
+            "spec": {"clusterSelector": {"names": ["real-rc"]}, "workerGroups": ["guarded"],
+                     "sampling": {"intervalSeconds": 5, "sidecarPort": port, "timeoutSeconds": 3},
+                     "sidecar": {"inject": True, "port": port, "image": sidecar_image},
+                     "forensics": {"enabled": True, "timeoutSeconds": 20},
+                     "rotation": {"drainTimeoutSeconds": 60},
+                     "policy": TEST_PROFILE}}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    why = kit.requirements()
+    if why:
+        pytest.skip(why)
+    crd_file = KUBERAY / "ray.io_rayclusters.yaml"
+    if not crd_file.exists():
+        pytest.skip(f"{crd_file} is absent: KubeRay's CRD is read from beside the checkout, never copied in")
+    tools = k8s_tools()
+    workdir = tmp_path_factory.mktemp("realpods")
+    with kit.lock():
+        home = Path(tempfile.mkdtemp(prefix="memoryguard-kubelet-"))
+        try:
+            kl = kit.start(home, tools)
+        except kit.Unavailable as e:
+            pytest.skip(str(e))
+        try:
+            t0 = time.monotonic()
+            refs = images.ensure(["sidecar", "operator", "ray"], kubelet_home=home, workdir=workdir)
+            print(f"\nreal pods: kubelet up in {kl.up_seconds:.0f} s, images ready in {time.monotonic() - t0:.0f} s")
+            yield from _installed(kl, refs, workdir, crd_file)
+        finally:
+            kl.down()
+
+
+def _installed(kl: kit.Kubelet, refs: dict[str, str], workdir: Path, crd_file: Path) -> Iterator[Cluster]:
+    api = kl.admin()
+    for ns in (NS, RELEASE_NS):
+        api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    kl.kubectl("apply", "--server-side", "-f", str(crd_file))
+    kl.wait_established("rayclusters.ray.io")
+    port = free_port()
+    sidecar_repo, sidecar_tag = refs["sidecar"].rsplit(":", 1)
+    op_repo, op_tag = refs["operator"].rsplit(":", 1)
+    kl.helm("install", RELEASE, str(ROOT / "charts" / "memoryguard"), "-n", RELEASE_NS,
+            "--set", f"watchNamespaces={{{NS}}}", "--set", f"sidecar.sidecarPort={port}",
+            "--set", f"sidecar.image.repository={sidecar_repo}", "--set", f"sidecar.image.tag={sidecar_tag}",
+            "--set", f"image.repository={op_repo}", "--set", f"image.tag={op_tag}")
+    # The chart's Deployment cannot run here as it is (its pod would need the
+    # host's network to reach the Ray pods, and a Service to reach the API):
+    # scaled to 0 (the chart's schema wants at least 1), it is run as a local
+    # process from its own args and env, with its ServiceAccount's token.
+    kl.kubectl("scale", "deployment", SA, "-n", RELEASE_NS, "--replicas=0")
+    kubeconfig = kl.service_account_kubeconfig(SA, RELEASE_NS, workdir / "operator.kubeconfig")
+    cmd, env = operator_command(kl, kubeconfig, namespace=RELEASE_NS, deployment=SA, extra_env={
+        "MEMORYGUARD_DRAIN": "true", "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60"})
+    log = workdir / "operator.log"
+    ports = {"sidecar": port, "gcs": free_port()}
+    with KubeRay(kl, NS) as kuberay, open(log, "wb") as out:
+        operator = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
+        try:
+            yield Cluster(kl, kuberay, operator, log, workdir, ports)
+        finally:
+            stop(operator, timeout=20)
+            (workdir / "pods-as-run.yaml").write_text(yaml.safe_dump_all(
+                [{"metadata": {k: p["metadata"].get(k) for k in ("name", "labels", "annotations")},
+                  "spec": p.get("spec"), "statusHistory": [s for _, s in kuberay.history.get(
+                      p["metadata"]["name"], [])]} for p in kuberay.seen.values()]))
+            print(f"real pods: the pod specs as the kubelet ran them, with their statuses: "
+                  f"{workdir / 'pods-as-run.yaml'}")
+
+
+def _samples(port: int) -> dict[str, Any] | None:
+    """The sidecar's answer on the host's loopback (the pod's network), once it has samples."""
+    try:
+        status, body = http_get(f"http://127.0.0.1:{port}/v1/samples")
+    except OSError:
+        return None
+    doc = json.loads(body) if status == 200 else {}
+    return doc if doc.get("samples") else None
+
+
+def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(cluster: Cluster) -> None:
+    c = cluster
+    c.api.ok("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", _raycluster(
+        images.project_ref("ray"), c.ports["gcs"]))
+    # Strict: a field the CRD does not know is refused, not pruned in silence.
+    c.api.ok("POST", GUARDS, _guard(c.ports["sidecar"], images.project_ref("sidecar")),
+             params={"fieldValidation": "Strict"})
+    # The operator patches the guarded group's template; the stand-in makes
+    # pods from templates as they are when it makes them: the first guarded
+    # pod may predate the patch, and is replaced by deleting it (as a user would).
+    c.wait_for(lambda: any(k["name"] == patches.SIDECAR_NAME for k in c.api.ok(
+        "GET", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/real-rc")["spec"]["workerGroupSpecs"][0]
+        ["template"]["spec"]["containers"]), 60, "the sidecar injected into the guarded group's template")
+    for p in c.pods("guarded"):
+        if not any(k["name"] == patches.SIDECAR_NAME for k in p["spec"]["containers"]):
+            c.api.ok("DELETE", f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}")
+    pod = c.wait_for(lambda: (p := c.running("guarded")) and any(
+        k["name"] == patches.SIDECAR_NAME for k in p["spec"]["containers"]) and p, 180, "the guarded worker Running")
+    assert c.wait_for(lambda: c.running("control") and c.running("headgroup"), 180, "head and control Running")
+    # Its first samples read nothing ("none"): Ray's processes are not up yet.
+    doc = c.wait_for(lambda: (d := _samples(c.ports["sidecar"])) and d["source"] != "none" and d, 90,
+                     "the sidecar's samples of Ray's memory")
+    print(f"real pods: the sidecar's source: {doc['source']}; last sample: {doc['samples'][-1]}")
+    assert doc["source"].startswith("cgroup-v1:/proc/") and "/root/sys/fs/cgroup/memory" in doc["source"], doc["source"]
+    last = doc["samples"][-1]
+    assert last["memory_max"] == 1024 * MIB and last["memory_current"] and last["memory_current"] > 100 * MIB
+    # Not root, no service-account token, its probes never made the pod NotReady.
+    name = pod["metadata"]["name"]
+    ids = c.kl.kubectl("exec", name, "-n", NS, "-c", patches.SIDECAR_NAME, "--", "id").stdout
+    ray_ids = c.kl.kubectl("exec", name, "-n", NS, "-c", "ray-worker", "--", "id").stdout
+    assert "uid=1000" in ids and "uid=0" not in ids, ids
+    token = c.kl.kubectl("exec", name, "-n", NS, "-c", patches.SIDECAR_NAME, "--", "ls", "-A",
+                         "/var/run/secrets/kubernetes.io/serviceaccount").stdout
+    assert token.strip() == "", token
+    c.facts.update(sidecar_id=ids.strip(), ray_id=ray_ids.strip(), source=doc["source"])
+
+
+def _oom_kills(pod: dict[str, Any], container: str) -> int | None:
+    """The kernel's OOM kills in the container's memory cgroup (cgroup v1,
+    ``memory.oom_control``), read on the host: the container lives on when
+    the kernel kills only its largest process (the leaking actor's), so its
+    status never says OOMKilled; this counter does."""
+    cid = next((c.get("containerID", "").split("//")[-1] for c in (pod.get("status") or {}).get(
+        "containerStatuses") or [] if c["name"] == container), "")
+    if not cid:
+        return None
+    for path in Path("/sys/fs/cgroup/memory/kubepods").rglob(f"{cid}/memory.oom_control"):
+        for line in path.read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
+    return None
+
+
+def test_a_real_leak_is_rotated_before_the_kernel_kills_it(cluster: Cluster) -> None:
+    c = cluster
+    head = c.running("headgroup")
+    guarded, control = c.running("guarded"), c.running("control")
+    assert head and guarded and control
+    g_name, c_name = guarded["metadata"]["name"], control["metadata"]["name"]
+    assert _oom_kills(control, "ray-worker") == 0
+    driver_log = c.workdir / "driver.log"
+    guarded_oom: list[int] = []  # the guarded container's OOM kills, as its sidecar reads them
+    with open(driver_log, "wb") as out:
+        driver = subprocess.Popen([str(c.kl.tools / "kubectl"), "exec", "-i", head["metadata"]["name"], "-n", NS,
+                                   "-c", "ray-head", "--", "python", "-", str(LEAK_MIB_PER_S), "900"],
+                                  stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+                                  env={"KUBECONFIG": str(c.kl.kubeconfig), "PATH": "/usr/bin:/bin",
+                                       "HOME": str(c.workdir)})
+        assert driver.stdin is not None
+        driver.stdin.write(LEAKER.encode())
+        driver.stdin.close()
+        try:
+            c.wait_for(lambda: b"held guarded" in driver_log.read_bytes() and b"held control" in
+                       driver_log.read_bytes(), 120, f"both actors leaking ({driver_log})")
+            started = time.time()
+
+            def evicted() -> list[dict[str, Any]]:
+                doc = _samples(c.ports["sidecar"])
+                if doc:
+                    guarded_oom.extend(s["oom_kill"] for s in doc["samples"][-3:] if s["oom_kill"] is not None)
+                return [e for e in c.events("WorkerEvicted") if e["involvedObject"].get("kind") == "MemoryGuard"]
+
+            events = c.wait_for(evicted, 900, "the guarded worker evicted")
+            evicted_at = time.time()
+            assert g_name in events[0]["message"], events[0]["message"]
+            assert _oom_kills(control, "ray-worker") == 0, "the kernel killed the control before the eviction"
+            c.wait_for(lambda: (_oom_kills(control, "ray-worker") or 0) > 0, 600,
+                       f"the kernel's OOM kill in the unguarded control worker {c_name}")
+            oom_at = time.time()
+            died = c.wait_for(lambda: [line.split() for line in driver_log.read_text().splitlines()
+                                       if line.startswith("died control")], 60, "the driver to see its actor die")
+        finally:
+            stop(driver, timeout=10)
+    lead = oom_at - evicted_at
+    print(f"real pods: leak of {LEAK_MIB_PER_S:g} MiB/s started; guarded worker {g_name} evicted after "
+          f"{evicted_at - started:.0f} s; the kernel OOM-killed the unguarded control {c_name}'s actor after "
+          f"{oom_at - started:.0f} s (its driver saw it die after {float(died[0][2]) - started:.0f} s): "
+          f"lead {lead:.0f} s")
+    c.facts.update(lead_s=lead)
+    # The guarded pod was never OOM-killed: not in its statuses, not in its cgroup's counter.
+    assert guarded_oom and max(guarded_oom) == 0, guarded_oom
+    for _, s in c.kuberay.history.get(g_name, []):
+        for cs in s.get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated") or {}
+            assert term.get("reason") != "OOMKilled", (g_name, cs)
+    assert lead > 0
+    # Drained, evicted through the Eviction API by the chart's ServiceAccount, replaced.
+    evictions = [e for e in c.kl.audit() if e.get("objectRef", {}).get("subresource") == "eviction"
+                 and e["user"]["username"] == f"system:serviceaccount:{RELEASE_NS}:{SA}"]
+    assert [(e["objectRef"]["name"], e["responseStatus"]["code"]) for e in evictions
+            if e["responseStatus"]["code"] == 201] == [(g_name, 201)]
+    drained = [e for e in c.events("WorkerDrained") if g_name in e["message"]]
+    assert drained, [e["message"] for e in c.events("WorkerDrainFailed")]
+    c.wait_for(lambda: c.events("WorkerRotated"), 300, "the rotation completed (a replacement Ready)")
+    kept = c.wait_for(lambda: c.events("ForensicsKept"), 60, "the evidence kept")
+    print(f"real pods: {drained[0]['message']}; {kept[0]['message']}")
+
+
+def test_no_ray_pod_was_ever_not_ready_while_running(cluster: Cluster) -> None:
+    """The injected sidecar has a liveness probe and no readiness probe: its
+    health never decides whether a Ray pod serves."""
+    c = cluster
+    for name, history in c.kuberay.history.items():
+        pod = c.kuberay.seen[name]
+        if not any(k["name"] == patches.SIDECAR_NAME for k in pod["spec"]["containers"]):
+            continue
+        was_ready = False
+        for _, s in history:
+            ready = any(k.get("type") == "Ready" and k.get("status") == "True" for k in s.get("conditions") or [])
+            sidecar = next((k for k in s.get("containerStatuses") or [] if k["name"] == patches.SIDECAR_NAME), {})
+            assert sidecar.get("restartCount", 0) == 0, (name, sidecar)
+            if was_ready and not ready and s.get("phase") == "Running":
+                ray = next((k for k in s.get("containerStatuses") or [] if k["name"] != patches.SIDECAR_NAME), {})
+                # Only the Ray container's own end (drained, evicted) may take Ready away.
+                assert "terminated" in (ray.get("state") or {}) or pod["metadata"].get("deletionTimestamp"), (name, s)
+            was_ready = was_ready or ready
