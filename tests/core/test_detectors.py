@@ -3,11 +3,14 @@ behaviours a leak detector must see through, and the ones it must catch."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 
 import pytest
 
 from memoryguard_kuberay.core.policy import Action, PodWindow, Reason, RotationHistory, decide
+from memoryguard_kuberay.core.policy.types import Decision
 from memoryguard_kuberay.core.policy.window import HoldTimer
 from memoryguard_kuberay.core.settings import PolicySettings
 
@@ -245,3 +248,31 @@ def test_urgency_puts_the_nearest_harm_first() -> None:
     order = sorted(wanting, key=lambda k: urgency(wanting[k]))
     assert order[:2] == ["critical", "oom-killed"] and order[2:] == ["creep-1h", "store-2h", "creep-3h"]
     assert urgency(None) == float("inf")
+
+
+def _full_store(frac: Callable[[float], float], spilled: int | None, hours: float = 8) -> list[tuple[float, Decision]]:
+    samples = [dataclasses.replace(s, plasma_spilled_bytes=spilled)
+               for s in series(frac, hours, store=0.97)]
+    return run(samples)
+
+
+def test_a_full_store_that_ray_says_it_does_not_spill_rotates() -> None:
+    rotations = [d for _, d in _full_store(lambda t: 0.4, spilled=0) if d.action is Action.ROTATE]
+    assert rotations and rotations[0].reason is Reason.OBJECT_STORE_FULL
+    assert "nothing spilled to disk" in rotations[0].message
+
+
+def test_unknown_spilling_is_not_zero_a_full_store_alone_with_flat_memory_never_rotates() -> None:
+    """Issue 27: where the raylet reports no spilled bytes at all (an older
+    Ray, a failed scrape), a full store says nothing of a leak by itself."""
+    decisions = _full_store(lambda t: 0.4, spilled=None)
+    assert not [d for _, d in decisions if d.action is Action.ROTATE]
+    assert all("nothing spilled" not in d.message for _, d in decisions)
+
+
+def test_unknown_spilling_with_memory_growing_rotates_and_says_spilling_is_unknown() -> None:
+    rotations = [d for _, d in _full_store(lambda t: 0.3 + 0.05 * t / 3600, spilled=None, hours=12)
+                 if d.action is Action.ROTATE]
+    assert rotations
+    full = [d for d in rotations if d.reason is Reason.OBJECT_STORE_FULL]
+    assert all("spilling unknown" in d.message for d in full)

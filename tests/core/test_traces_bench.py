@@ -14,8 +14,9 @@ import pytest
 from memoryguard_kuberay.core import commands, scoring
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.simulate import replay
-from memoryguard_kuberay.core.tracegen import BEHAVIOURS, behaviour_shape, example_shapes, generate, labels_for
+from memoryguard_kuberay.core.tracegen import generate, labels_for
 from memoryguard_kuberay.core.traces import TraceError, iter_samples, read_labels, write_trace
+from memoryguard_kuberay.core.traceshapes import BEHAVIOURS, behaviour_shape, example_shapes
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 

@@ -17,8 +17,9 @@ import yaml
 from memoryguard_kuberay.core import scoring, specfields
 from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
 from memoryguard_kuberay.core.simulate import Replay, replay
-from memoryguard_kuberay.core.tracegen import example_shapes, generate, labels_for, random_shapes
+from memoryguard_kuberay.core.tracegen import generate, labels_for
 from memoryguard_kuberay.core.traces import Trace, TraceError, read_labels, read_trace, trace_files, write_trace
+from memoryguard_kuberay.core.traceshapes import example_shapes, random_shapes
 
 EXAMPLES_SEED = 7  # the seed the project's example traces were made with
 

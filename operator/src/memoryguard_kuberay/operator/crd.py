@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from memoryguard_kuberay.core import specfields
+from memoryguard_kuberay.core import specschema
 from memoryguard_kuberay.core.settings import CROSS_RULES, crd_properties
 
 GROUP = "memoryguard.io"
@@ -39,7 +39,7 @@ def spec_schema() -> dict[str, Any]:
             "rotation": {"type": "object", "default": {}, "properties": crd_properties("rotation")},
         },
     }
-    specfields.schema_into(spec)
+    specschema.schema_into(spec)
     return spec
 
 

@@ -236,12 +236,23 @@ def pressure(obs: Observation) -> Verdict:
 
 
 def store_full(obs: Observation) -> Verdict:
+    """A store held full that Ray does not spill from: its objects are
+    pinned. Where Ray does not say what it spilled, a full store alone is
+    no leak (it may be spilling as designed): only with memory in use
+    growing as well."""
     s = obs.settings
     held = _held(obs.window.store_full, s.store_full_for_s, obs.now_s)
     if held is None or obs.window.spilling(obs.now_s):
         return NO
-    return Verdict(True, f"object store at or above {s.store_full_fraction:.0%} for {fmt_duration(held)}, "
-                         "nothing spilled to disk")
+    full = f"object store at or above {s.store_full_fraction:.0%} for {fmt_duration(held)}"
+    if obs.window.spill_known(obs.now_s):
+        return Verdict(True, f"{full}, nothing spilled to disk")
+    growth = obs.creep[1]
+    limit = obs.window.limit_bytes or 0
+    if growth is None or not limit or growth.slope_per_s * 3600.0 < s.min_growth_fraction_per_h * limit:
+        return NO
+    return Verdict(True, f"{full}, spilling unknown (the raylet's metrics say nothing of it) and memory in use "
+                         f"growing {fmt_rate(growth.slope_per_s * 3600.0)}")
 
 
 def high_usage(obs: Observation) -> Verdict:

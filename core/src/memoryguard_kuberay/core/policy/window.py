@@ -160,6 +160,7 @@ class PodWindow:
         self.store_full = HoldTimer()
         self.pressure = HoldTimer()
         self.last_spill_s: float | None = None  # newest sample that showed objects spilled to disk
+        self.last_spill_known_s: float | None = None  # newest sample that said how much is spilled (0 included)
         self._start_regime(None, None)
 
     def _start_regime(self, t: float | None, limit: int | None) -> None:
@@ -210,6 +211,8 @@ class PodWindow:
         self.store.add(t, sample.store_fraction)
         if sample.plasma_spilled_bytes:
             self.last_spill_s = t
+        if sample.plasma_spilled_bytes is not None:
+            self.last_spill_known_s = t
 
         gap = s.stale_after_s  # samples further apart than this do not make one run
         self.critical.update(t, sample.used_fraction, s.critical_fraction, s.critical_fraction - s.hysteresis_fraction,
@@ -240,6 +243,12 @@ class PodWindow:
         """Ray has spilled objects to disk within the trend window: the store
         is full because the workload fills it, and Ray is coping."""
         return self.last_spill_s is not None and now_s - self.last_spill_s <= self.settings.trend_window_s
+
+    def spill_known(self, now_s: float) -> bool:
+        """Ray said how much it has spilled (0 is an answer) within the trend
+        window: an older Ray, or a scrape that failed, says nothing, and
+        unknown is not zero."""
+        return self.last_spill_known_s is not None and now_s - self.last_spill_known_s <= self.settings.trend_window_s
 
     @property
     def age_s(self) -> float:

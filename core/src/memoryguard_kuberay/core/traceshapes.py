@@ -1,0 +1,186 @@
+"""The catalogue of trace shapes (tracegen.py makes the samples): the
+project's named examples, one shape per behaviour the field reports with
+its parameters drawn from wide ranges, and random mixes of them. Each is
+deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+from memoryguard_kuberay.core.tracegen import DAY_S, GIB, Shape
+
+
+def example_shapes(seed: int = 7) -> list[Shape]:
+    """The project's own example set: one of each behaviour."""
+    return [
+        Shape("healthy_gc_sawtooth", "healthy", base=0.45, sawtooth_amp=0.3, sawtooth_period_s=1800, seed=seed),
+        Shape("healthy_daily_load", "healthy", limit_gib=48, base=0.3, diurnal_amp=0.45, duration_s=48 * 3600,
+              seed=seed + 1),
+        Shape("healthy_model_warmup", "healthy", limit_gib=64, base=0.12, warmup_amp=0.6, warmup_tau_s=1200,
+              seed=seed + 2),
+        Shape("healthy_cache_fill", "healthy", base=0.25, cache_amp=0.5, cache_tau_s=5 * 3600, duration_s=36 * 3600,
+              seed=seed + 3),
+        Shape("healthy_batch_spikes", "healthy", base=0.55, spike_amp=0.38, spike_len_s=150, seed=seed + 4),
+        Shape("fragmentation_flattens", "healthy", base=0.3, cache_amp=0.45, cache_tau_s=2 * 3600,
+              duration_s=36 * 3600, seed=seed + 5),
+        Shape("leak_steady", "leak", limit_gib=64, base=0.35, leak_per_h=0.07, sawtooth_amp=0.06, seed=seed + 6),
+        Shape("leak_creeping", "leak", base=0.4, leak_per_h=0.018, diurnal_amp=0.06, duration_s=60 * 3600,
+              seed=seed + 7),
+        Shape("leak_after_hours", "leak", base=0.45, leak_per_h=0.1, leak_start_s=5 * 3600, seed=seed + 8),
+        Shape("leak_jittery", "leak", limit_gib=64, base=0.35, leak_per_h=0.045, noise=0.03, duration_s=40 * 3600,
+              seed=seed + 9),
+        Shape("leak_peak_hours", "leak", limit_gib=48, base=0.35, diurnal_amp=0.1, leak_per_h=0.04,
+              leak_peak_only=True, duration_s=72 * 3600, seed=seed + 10),
+        Shape("plasma_never_released", "plasma_leak", limit_gib=96, base=0.2, store_capacity_frac=0.3,
+              store_base=0.15, store_leak_per_h=0.06, leak_start_s=3600, seed=seed + 11),
+        # Issue 13's behaviours, one of each, then outages and missing columns.
+        *(behaviour_shape(b, name, random.Random(seed * 100 + k), seed + 20 + k)
+          for k, (b, name) in enumerate(zip(BEHAVIOURS, EXAMPLE_NAMES))),
+        Shape("fragmentation_with_gaps", "healthy", base=0.3, cache_amp=0.45, cache_tau_s=2 * 3600,
+              duration_s=36 * 3600, gaps=5, seed=seed + 40),
+        Shape("leak_with_gaps", "leak", base=0.4, leak_per_h=0.03, sawtooth_amp=0.08, gaps=5,
+              duration_s=60 * 3600, seed=seed + 41),
+        Shape("leak_no_psi_no_store", "leak", limit_gib=24, base=0.3, leak_per_h=0.05, no_psi=True,
+              no_store_metrics=True, duration_s=60 * 3600, seed=seed + 42),
+    ]
+
+
+EXAMPLE_NAMES = ("healthy_store_held_full", "healthy_bursts", "healthy_daily_peak", "leak_sudden",
+                 "leak_epoch_residue", "leak_multiday_slow", "leak_cache_masked", "healthy_cache_full",
+                 "healthy_limit_raised", "leak_limit_raised", "healthy_epochs")
+
+
+MIB = 1024**2
+LIMITS_GIB = (16.0, 24.0, 32.0, 48.0, 64.0, 96.0)
+
+
+def behaviour_shape(behaviour: str, name: str, rng: random.Random, seed: int) -> Shape:
+    """One pod showing a behaviour the field reports (issue 13), with its
+    parameters drawn from wide ranges. ``BEHAVIOURS`` lists them."""
+    u = rng.uniform
+    limit = rng.choice(LIMITS_GIB)
+    cap = u(0.15, 0.3)
+    store_base = u(0.05, 0.3)
+    store = cap * store_base  # the store's share of the limit, charged as shmem
+    common: dict[str, Any] = dict(limit_gib=limit, seed=seed, noise=u(0.002, 0.012), store_capacity_frac=cap,
+                                  store_base=store_base, diurnal_phase_s=u(0, DAY_S))
+    if behaviour == "store_held_full":
+        # A pipeline keeps Plasma 90-100% full for a day and Ray spills the rest: no leak.
+        return Shape(name, "healthy", base=u(0.15, 0.85 - cap), duration_s=u(24, 36) * 3600,
+                     store_hold=u(0.9, 1.02), store_fill_s=u(900, 3600), spill_gib_per_h=u(0.5, 5.0),
+                     sawtooth_amp=rng.choice([0.0, u(0.02, 0.06)]), sawtooth_period_s=u(300, 1800), **common)
+    if behaviour == "bursts":
+        return Shape(name, "healthy", base=u(0.3, 0.75) - store, duration_s=u(24, 48) * 3600,
+                     burst_to=u(0.96, 0.99), burst_len_s=(240.0, 480.0), burst_gap_s=(1800.0, 5400.0),
+                     sawtooth_amp=rng.choice([0.0, u(0.02, 0.08)]), sawtooth_period_s=u(300, 1800), **common)
+    if behaviour == "daily_peak":
+        peak, amp = u(0.87, 0.92), u(0.35, 0.7)
+        return Shape(name, "healthy", base=peak - amp - store - 0.01, diurnal_amp=amp,
+                     duration_s=u(48, 72) * 3600, **common)
+    if behaviour == "sudden_leak":
+        base = u(0.25, 0.6) - store
+        saw = rng.choice([0.0, u(0.02, 0.1)])
+        to_oom_h = u(45, 70) / 60
+        return Shape(name, "leak", base=base, sawtooth_amp=saw, sawtooth_period_s=u(300, 1800),
+                     leak_start_s=u(3, 30) * 3600, leak_per_h=(1 - base - store - saw / 2) / to_oom_h,
+                     duration_s=40 * 3600, **common)
+    if behaviour == "epoch_residue":
+        amp = u(0.1, 0.3)
+        residue = u(210, 390) * MIB / (limit * GIB)
+        epoch = (u(2400, 3000), u(4800, 5400))
+        per_h = residue * 3600 / ((epoch[0] + epoch[1]) / 2)
+        base = max(0.05, 1 - store - amp - per_h * u(30, 50))
+        return Shape(name, "leak", base=base, epoch_amp=amp, epoch_s=epoch, epoch_residue=residue,
+                     duration_s=150 * 3600, **common)
+    if behaviour == "epochs_healthy":
+        # Training epochs that climb and give it all back, peaking high.
+        amp = u(0.1, 0.35)
+        return Shape(name, "healthy", base=u(0.8, 0.92) - amp - store, epoch_amp=amp,
+                     epoch_s=(u(2400, 3000), u(4800, 5400)), duration_s=u(36, 60) * 3600, **common)
+    if behaviour == "multiday_slow":
+        per_h = u(100, 200) * MIB / (limit * GIB)
+        swing = rng.choice([0.0, u(0.02, 0.08)])
+        base = max(0.05, 1 - store - swing - per_h * u(60, 90))
+        return Shape(name, "leak", base=base, leak_per_h=per_h, diurnal_amp=swing, sawtooth_amp=u(0.0, 0.04),
+                     sawtooth_period_s=u(300, 1800), duration_s=200 * 3600, **common)
+    if behaviour == "cache_masked_leak":
+        base = u(0.15, 0.45) - store
+        return Shape(name, "leak", base=base, leak_per_h=(1 - base - store) / u(10, 60), cache_mask_to=u(0.96, 0.99),
+                     cache_active_share=u(0.0, 0.9), duration_s=100 * 3600, **common)
+    if behaviour == "cache_full_healthy":
+        return Shape(name, "healthy", base=u(0.2, 0.6) - store, cache_mask_to=u(0.96, 0.99),
+                     cache_active_share=u(0.0, 0.9), sawtooth_amp=rng.choice([0.0, u(0.02, 0.1)]),
+                     duration_s=u(24, 48) * 3600, **common)
+    if behaviour in ("limit_raised", "limit_raised_leak"):
+        base = u(0.4, 0.7) - store
+        to = limit * u(1.25, 2.0)
+        room = to / limit - (base + store)  # the new room, in units of the first limit
+        grow = room * u(0.4, 0.8) if behaviour == "limit_raised" else 0.0
+        raise_at = u(3, 20) * 3600
+        # The leak starts up to 2 h before the resize and carries on into the new room.
+        leak_at = max(0.0, raise_at - u(0, 2) * 3600)
+        leak = 0.0 if behaviour == "limit_raised" else (room + 1 - base - store) / u(8, 30)
+        return Shape(name, "healthy" if behaviour == "limit_raised" else "leak", base=base, leak_start_s=leak_at,
+                     limit_raise_at_s=raise_at, limit_raise_to_gib=to, grow_into=grow, grow_s=u(0.5, 4) * 3600,
+                     leak_per_h=leak, sawtooth_amp=rng.choice([0.0, u(0.02, 0.06)]), duration_s=60 * 3600, **common)
+    raise ValueError(f"unknown behaviour {behaviour!r}")
+
+
+BEHAVIOURS: tuple[str, ...] = ("store_held_full", "bursts", "daily_peak", "sudden_leak", "epoch_residue",
+                               "multiday_slow", "cache_masked_leak", "cache_full_healthy", "limit_raised",
+                               "limit_raised_leak", "epochs_healthy")
+
+
+def _legacy_shape(i: int, rng: random.Random, seed: int) -> Shape:
+    """The behaviours of the first examples, drawn from wide ranges."""
+    u = rng.uniform
+    common: dict[str, Any] = dict(limit_gib=rng.choice([16.0, 32.0, 48.0, 64.0, 96.0]), seed=seed * 1000 + i,
+                                  noise=u(0.002, 0.02), store_base=u(0.1, 0.35), diurnal_phase_s=u(0, DAY_S))
+    kind = rng.choice(["healthy", "healthy", "healthy", "leak", "leak", "plasma_leak"])
+    if kind == "healthy":
+        s = Shape(f"rand{i:03d}_healthy", "healthy", base=u(0.15, 0.4), duration_s=u(24, 48) * 3600,
+                  sawtooth_amp=rng.choice([0.0, u(0.05, 0.3)]), sawtooth_period_s=u(300, 3600),
+                  diurnal_amp=rng.choice([0.0, u(0.1, 0.4)]),
+                  warmup_amp=rng.choice([0.0, u(0.1, 0.45)]), warmup_tau_s=u(300, 2400),
+                  cache_amp=rng.choice([0.0, u(0.1, 0.35)]), cache_tau_s=u(1, 6) * 3600,
+                  spike_amp=rng.choice([0.0, u(0.1, 0.35)]), spike_len_s=u(30, 180), **common)
+        # Keep a healthy pod's peaks below the limit: it must not OOM by construction.
+        peak = (s.store_base * s.store_capacity_frac + s.base + s.sawtooth_amp + s.diurnal_amp
+                + s.warmup_amp + s.cache_amp + s.spike_amp + 0.1)
+        if peak > 0.97:
+            scale = 0.87 / (peak - 0.1)
+            s = dataclasses.replace(s, base=s.base * scale, sawtooth_amp=s.sawtooth_amp * scale,
+                                    diurnal_amp=s.diurnal_amp * scale, warmup_amp=s.warmup_amp * scale,
+                                    cache_amp=s.cache_amp * scale, spike_amp=s.spike_amp * scale)
+        return s
+    if kind == "leak":
+        return Shape(f"rand{i:03d}_leak", "leak", base=u(0.2, 0.5), duration_s=120 * 3600,
+                     leak_per_h=10 ** u(-1.8, -1.1), leak_start_s=rng.choice([0.0, u(2, 10) * 3600]),
+                     leak_peak_only=rng.random() < 0.2, sawtooth_amp=rng.choice([0.0, u(0.03, 0.12)]),
+                     sawtooth_period_s=u(300, 2400), diurnal_amp=rng.choice([0.0, u(0.03, 0.12)]),
+                     warmup_amp=rng.choice([0.0, u(0.05, 0.2)]), **common)
+    return Shape(f"rand{i:03d}_plasma", "plasma_leak", base=u(0.15, 0.35), duration_s=48 * 3600,
+                 store_leak_per_h=u(0.02, 0.12), leak_start_s=u(0, 6) * 3600, **common)
+
+
+def random_shapes(n: int, seed: int) -> list[Shape]:
+    """``n`` pods drawn from wide parameter ranges, for robustness checks on
+    behaviour the policy was never shown: half the first examples' kinds,
+    half the behaviours of ``BEHAVIOURS``; any of them may have sidecar
+    outages, no PSI, or no object-store metrics."""
+    rng = random.Random(seed)
+    out: list[Shape] = []
+    for i in range(n):
+        if rng.random() < 0.5:
+            s = _legacy_shape(i, rng, seed)
+        else:
+            b = rng.choice(BEHAVIOURS)
+            s = behaviour_shape(b, f"rand{i:03d}_{b}", rng, seed * 1000 + i)
+        # (A Plasma leak keeps its store metrics: without them it is not labelled.)
+        s = dataclasses.replace(s, gaps=rng.choice([0, 0, 0, rng.randint(1, 6)]), no_psi=rng.random() < 0.15,
+                                no_store_metrics=s.kind != "plasma_leak" and rng.random() < 0.15)
+        out.append(s)
+    return out
