@@ -44,15 +44,19 @@ def spec_schema() -> dict[str, Any]:
 
 
 def crd() -> dict[str, Any]:
+    # `kubectl get mg -A` within 100 columns for usual names (issue 26, 6);
+    # priority 1: shown with -o wide only.
     cols = [
-        {"name": "Clusters", "type": "integer", "jsonPath": ".status.summary.clusters"},
         {"name": "Pods", "type": "integer", "jsonPath": ".status.summary.pods"},
         {"name": "At risk", "type": "integer", "jsonPath": ".status.summary.atRisk"},
         {"name": "Rotations", "type": "integer", "jsonPath": ".status.rotations.total"},
-        # At most status.BRIEF_MAX characters: the full text is in lastAction and the Events.
-        {"name": "Last action", "type": "string", "jsonPath": ".status.lastActionBrief"},
+        {"name": "Reporting", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Reporting\")].status",
+         "description": "False: a guarded pod's sidecar is unreachable or reads no memory"},
         {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Clusters", "type": "integer", "jsonPath": ".status.summary.clusters", "priority": 1},
+        # At most status.BRIEF_MAX characters: the full text is in lastAction and the Events.
+        {"name": "Last action", "type": "string", "jsonPath": ".status.lastActionBrief", "priority": 1},
     ]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
