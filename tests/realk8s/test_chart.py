@@ -112,6 +112,9 @@ def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tm
     row = next(line for line in lines if "llm-serving-prod-guard" in line)
     assert row.split()[2:7] == ["5", "0", "12", "False", "True"], row
     assert max(len(line) for line in lines) <= 100, lines
+    # The status has a schema: kubectl explain says what each part is.
+    explained = real.kubectl("explain", "mg.status.conditions").stdout
+    assert "Reporting: every guarded pod's sidecar reports memory" in " ".join(explained.split()), explained
     wide = real.kubectl("get", "mg", "-n", "mg-columns", "-o", "wide").stdout.splitlines()
     assert "CLUSTERS" in wide[0] and "LAST ACTION" in wide[0] and "WorkerRotated" in wide[1], wide
     held = yaml.safe_load(real.kubectl("get", "mg", "g", "-n", "mg-columns", "-o", "yaml").stdout)
