@@ -52,3 +52,28 @@ async def test_many_guards_one_list() -> None:
     roster = guardroster.GuardRoster(kube, ttl_s=60)  # type: ignore[arg-type]
     await asyncio.gather(*(roster.guards("ns") for _ in range(1001)))
     assert kube.lists == 1
+
+
+def test_the_guards_are_listed_in_pages() -> None:
+    """Issue 24: a tenant's thousands of guards are read a page at a time, as
+    client-go's pager reads a LIST, never in one answer of them all."""
+    import asyncio
+
+    from memoryguard_kuberay.operator.kube import LIST_PAGE, Credentials, Kube
+
+    asked: list[dict[str, str]] = []
+    total = 2 * LIST_PAGE + 7
+
+    async def request(method: str, path: str, *, params: dict[str, str] | None = None, **_: object) -> object:
+        q = dict(params or {})
+        asked.append(q)
+        start = int(q.get("continue") or 0)
+        end = min(total, start + int(q["limit"]))
+        return {"metadata": {"resourceVersion": "9", **({"continue": str(end)} if end < total else {})},
+                "items": [{"metadata": {"name": f"g{i}"}} for i in range(start, end)]}
+
+    kube = Kube(Credentials(server="http://127.0.0.1:1"))
+    kube.request = request  # type: ignore[method-assign,assignment]
+    guards = asyncio.run(kube.list_guards("team-a"))
+    assert len(guards) == total and [g["metadata"]["name"] for g in guards[-2:]] == [f"g{total - 2}", f"g{total - 1}"]
+    assert len(asked) == 3 and all(q["limit"] == str(LIST_PAGE) for q in asked)

@@ -99,3 +99,19 @@ def test_why_a_poll_failed_is_the_pods_verdict(failure: str | None, verdict: str
     none = Decision(Action.NONE, Reason.NO_SAMPLES, "no samples yet", Evidence())
     view = st.PodView("w1", "g", none, "some words", failure=PollFailure(failure) if failure else None)
     assert _status([view])["pods"]["w1"]["verdict"] == verdict
+
+
+@pytest.mark.parametrize("pods, status, reason", [
+    ([st.PodView("w1", "g", OK, None), st.PodView("w2", "g", OK, None)], "True", "AllReporting"),
+    ([st.PodView("w1", "g", OK, None), st.PodView("w2", "g", OK, "unreachable: refused")], "False",
+     "SidecarUnreachable"),
+    ([st.PodView("w1", "g", OK, None, blind=True)], "False", "NoMemorySource"),
+    ([], "False", "NoPods"),
+])
+def test_reporting_reads_false_when_a_sidecar_does_not_report(pods: list[st.PodView], status: str,
+                                                             reason: str) -> None:
+    """Issue 26, 6: the REPORTING column of `kubectl get mg` (READY only says the guard is served)."""
+    c = next(c for c in _status(pods)["conditions"] if c["type"] == "Reporting")
+    assert (c["status"], c["reason"]) == (status, reason)
+    ready = next(c for c in _status(pods)["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"

@@ -86,7 +86,37 @@ def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tm
     real.wait_established(f"{CRD_NAME}")
     real.kubectl("apply", "-f", str(path))
     header = real.kubectl("get", "mg", "-n", "mg-columns").stdout.splitlines()[0].split()
-    assert header == ["NAME", "CLUSTERS", "PODS", "AT", "RISK", "ROTATIONS", "LAST", "ACTION", "READY", "AGE"]
+    assert header == ["NAME", "PODS", "AT", "RISK", "ROTATIONS", "REPORTING", "READY", "AGE"]
+    # A status as the operator writes it, for a guard whose sidecars do not
+    # all report (issue 26, 6): REPORTING reads False, and `get -A` fits in
+    # 100 columns for usual names; -o wide adds the clusters and the last action.
+    from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
+    from memoryguard_kuberay.operator import status as st
+    from memoryguard_kuberay.operator.sidecar_client import PollFailure
+
+    healthy = Decision(Action.NONE, Reason.HEALTHY, "ok", Evidence())
+    views = [st.PodView(f"llm-serving-workers-worker-{i:05d}", "workers", healthy,
+                        "unreachable" if i == 0 else None, failure=PollFailure.UNREACHABLE if i == 0 else None)
+             for i in range(5)]
+    built = st.build(generation=1, clusters=["llm-serving"], pods=views, spec_error=None, missing_clusters=[],
+                     rotations={"total": 12}, last_action="WorkerRotated: x", now_iso="2026-12-01T00:00:00Z",
+                     previous={}, last_action_brief="WorkerRotated llm-serving-workers-worker-00042"[:st.BRIEF_MAX])
+    # A usual guard name beside "g": the width is a user's, with names as theirs are.
+    long_guard = {**guard, "metadata": {"name": "llm-serving-prod-guard", "namespace": "mg-columns"}}
+    real.admin().ok("POST", f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/mg-columns/{crd.PLURAL}", long_guard)
+    for name in ("g", "llm-serving-prod-guard"):
+        real.admin().merge(f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/mg-columns/{crd.PLURAL}/{name}/status",
+                           {"status": built})
+    lines = real.kubectl("get", "mg", "-A").stdout.splitlines()
+    print("\n" + "\n".join(lines))
+    row = next(line for line in lines if "llm-serving-prod-guard" in line)
+    assert row.split()[2:7] == ["5", "0", "12", "False", "True"], row
+    assert max(len(line) for line in lines) <= 100, lines
+    # The status has a schema: kubectl explain says what each part is.
+    explained = real.kubectl("explain", "mg.status.conditions").stdout
+    assert "Reporting: every guarded pod's sidecar reports memory" in " ".join(explained.split()), explained
+    wide = real.kubectl("get", "mg", "-n", "mg-columns", "-o", "wide").stdout.splitlines()
+    assert "CLUSTERS" in wide[0] and "LAST ACTION" in wide[0] and "WorkerRotated" in wide[1], wide
     held = yaml.safe_load(real.kubectl("get", "mg", "g", "-n", "mg-columns", "-o", "yaml").stdout)
     # The defaults the server filled in read as the reader's own defaults.
     assert read_guard_spec(held["spec"]) == read_guard_spec(guard["spec"])

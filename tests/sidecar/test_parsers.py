@@ -70,3 +70,16 @@ def test_sample_json_never_crashes(doc: dict) -> None:  # type: ignore[type-arg]
     except ValueError:
         return
     assert s.memory_current_bytes is None or s.memory_current_bytes >= 0
+
+
+def test_labels_are_read_as_prometheus_reads_them() -> None:
+    """Issue 26, 9: the samples are parsed by prometheus_client's parser, so
+    a label is a label: 'Location="SPILLED"' as the tail of another label
+    is not the SPILLED location (the hand-written parser matched the text)."""
+    page = (b'ray_object_store_memory{PreviousLocation="SPILLED",Location="MMAP_SHM"} 9e8\n'
+            b'ray_object_store_memory{note="was Location=\\"SPILLED\\"",Location="MMAP_SHM"} 9e8\n'
+            b'ray_object_store_memory{Location="SPILLED"} 2e8\n'
+            b'ray_object_store_used_memory{a="}"} 1.5e3\n'
+            b'ray_object_store_available_memory NaN\n')
+    got = parsers.prom_values(page.split(b"\n"), WANTED, SPILLED_ONLY)
+    assert got == {BY_LOCATION: 2e8, USED: 1500.0}

@@ -43,16 +43,66 @@ def spec_schema() -> dict[str, Any]:
     return spec
 
 
+def _open(description: str, **props: Any) -> dict[str, Any]:
+    """An object the operator writes more into than is listed: documented
+    (``kubectl explain``), its other fields kept as written."""
+    out: dict[str, Any] = {"type": "object", "description": description, "x-kubernetes-preserve-unknown-fields": True}
+    if props:
+        out["properties"] = props
+    return out
+
+
+def _int(description: str) -> dict[str, Any]:
+    return {"type": "integer", "description": description}
+
+
+def status_schema() -> dict[str, Any]:
+    """What status.py writes, for ``kubectl explain mg.status`` (issue 26, 6).
+    Open at the root and in its maps: the operator's status is written by the
+    operator alone, and a field this schema lacks must not be pruned."""
+    condition = {"type": "object", "properties": {
+        "type": {"type": "string", "description": "Ready, Degraded or Reporting."},
+        "status": {"type": "string", "description": "True, False or Unknown."},
+        "reason": {"type": "string", "description": "One word, CamelCase: why."},
+        "message": {"type": "string", "description": "Why, in a sentence."},
+        "lastTransitionTime": {"type": "string", "description": "When the status last changed."}}}
+    return _open(
+        "What the operator found and did, computed once per cycle and written when it changed.",
+        observedGeneration={"type": "integer", "nullable": True,
+                            "description": "The spec generation this status is of."},
+        conditions={"type": "array", "items": condition, "description": (
+            "Ready: the guard is served (its spec valid, within the namespace's limit). Degraded: something "
+            "keeps it from guarding every pod, and why. Reporting: every guarded pod's sidecar reports memory.")},
+        summary=_open("Counts over the guarded pods.", clusters=_int("RayClusters guarded."),
+                      pods=_int("Pods guarded."), atRisk=_int("Pods at risk or being rotated."),
+                      sidecarUnreachable=_int("Pods whose sidecar gave no samples."),
+                      noMemorySource=_int("Pods whose sidecar reads no memory.")),
+        pods=_open("Per pod (all up to 50, then those worth a look): working set, limit, trend, projected OOM, "
+                   "object store, verdict, the last decision, why its poll failed."),
+        rotations=_open("The rotation ledger: total, in flight (resumed after a restart), the recent ones, "
+                        "evictions in the last hour."),
+        forensics=_open("The latest evidence kept before a rotation: its ConfigMap, pod, time and size."),
+        remembered=_open("What the guard has said and done besides rotations, read back after a restart."),
+        lastAction={"type": "string", "nullable": True, "description": "The last Event's reason and message."},
+        lastActionBrief={"type": "string", "nullable": True,
+                         "description": "The last action's reason and object, at most 60 characters."},
+    )
+
+
 def crd() -> dict[str, Any]:
+    # `kubectl get mg -A` within 100 columns for usual names (issue 26, 6);
+    # priority 1: shown with -o wide only.
     cols = [
-        {"name": "Clusters", "type": "integer", "jsonPath": ".status.summary.clusters"},
         {"name": "Pods", "type": "integer", "jsonPath": ".status.summary.pods"},
         {"name": "At risk", "type": "integer", "jsonPath": ".status.summary.atRisk"},
         {"name": "Rotations", "type": "integer", "jsonPath": ".status.rotations.total"},
-        # At most status.BRIEF_MAX characters: the full text is in lastAction and the Events.
-        {"name": "Last action", "type": "string", "jsonPath": ".status.lastActionBrief"},
+        {"name": "Reporting", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Reporting\")].status",
+         "description": "False: a guarded pod's sidecar is unreachable or reads no memory"},
         {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "Clusters", "type": "integer", "jsonPath": ".status.summary.clusters", "priority": 1},
+        # At most status.BRIEF_MAX characters: the full text is in lastAction and the Events.
+        {"name": "Last action", "type": "string", "jsonPath": ".status.lastActionBrief", "priority": 1},
     ]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -74,7 +124,7 @@ def crd() -> dict[str, Any]:
                         "apiVersion": {"type": "string"}, "kind": {"type": "string"},
                         "metadata": {"type": "object"},
                         "spec": spec_schema(),
-                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                        "status": status_schema(),
                     },
                 }},
             }],

@@ -4,7 +4,9 @@ evidence the operator kept before rotating a pod, readably.
 Reads the ConfigMaps the operator wrote (label ``memoryguard.io/artifact=
 forensics``) with the caller's own credentials (kubeconfig or in-cluster):
 listing ConfigMaps in the namespace is all it needs. ``--json`` prints the
-artifact as stored.
+artifact as stored. ``--diff`` prints what grew between two artifacts
+(forensics_diff.py): the two newest of ``--guard`` (of one group), or two
+named ones (ConfigMap names, or files saved with ``--json``).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from memoryguard_kuberay.core.units import fmt_bytes
 from memoryguard_kuberay.operator import forensics as fx
+from memoryguard_kuberay.operator import forensics_diff
 from memoryguard_kuberay.operator.kube import ApiError, Kube, NoCredentials, load_credentials
 
 
@@ -81,7 +85,13 @@ def main(argv: Sequence[str], out: IO[str] = sys.stdout) -> int:
     p.add_argument("-n", "--namespace", default="default")
     p.add_argument("--guard", help="every artifact this guard kept, newest first")
     p.add_argument("--json", action="store_true", help="the artifact(s) as stored")
+    p.add_argument("--diff", nargs="*", metavar="ARTIFACT",
+                   help="what grew: between the two newest artifacts of --guard (of one group: --group), or "
+                        "between two named ones, older first (ConfigMap names in -n, or files saved with --json)")
+    p.add_argument("--group", help="with --diff --guard: the worker group (default: the newest artifact's)")
     a = p.parse_args(list(argv))
+    if a.diff is not None:
+        return _diff_main(p, a, out)
     if not a.pod and not a.guard:
         p.error("name a POD or --guard")
 
@@ -114,4 +124,60 @@ def main(argv: Sequence[str], out: IO[str] = sys.stdout) -> int:
         if i:
             out.write("\n")
         render(doc, configmap=name, out=out)
+    return 0
+
+
+def _load_named(name: str, kube_found: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """A file saved with --json, else a ConfigMap of the listing."""
+    if os.path.exists(name):
+        with open(name, encoding="utf-8") as f:
+            doc = json.load(f)
+        return doc[0] if isinstance(doc, list) and doc else doc if isinstance(doc, dict) else None
+    return kube_found.get(name)
+
+
+def _diff_main(p: argparse.ArgumentParser, a: argparse.Namespace, out: IO[str]) -> int:
+    if len(a.diff) not in (0, 2) or (not a.diff and not a.guard):
+        p.error("--diff takes two artifacts (older first), or none with --guard")
+    need_api = not a.diff or not all(os.path.exists(n) for n in a.diff)
+    found: list[tuple[str, dict[str, Any]]] = []
+    if need_api:
+        async def run() -> list[tuple[str, dict[str, Any]]]:
+            kube = Kube(load_credentials(), timeout_s=30.0)
+            try:
+                return await find(kube, a.namespace, pod=None, guard=a.guard)
+            finally:
+                await kube.close()
+
+        try:
+            found = asyncio.run(run())
+        except NoCredentials as e:
+            print(f"memoryguard-kuberay forensics: {e}", file=sys.stderr)
+            return 2
+        except (ApiError, OSError) as e:
+            print(f"memoryguard-kuberay forensics: {e}", file=sys.stderr)
+            return 1
+    if a.diff:
+        by_name = dict(found)
+        try:
+            docs = [_load_named(n, by_name) for n in a.diff]
+        except (OSError, ValueError) as e:
+            print(f"memoryguard-kuberay forensics: {e}", file=sys.stderr)
+            return 1
+        missing = [n for n, d in zip(a.diff, docs) if d is None]
+        if missing:
+            print(f"memoryguard-kuberay forensics: no artifact {', '.join(missing)} (a file, or a ConfigMap of "
+                  f"namespace {a.namespace})", file=sys.stderr)
+            return 1
+        names = list(a.diff)
+    else:
+        group = a.group or (found[0][1].get("group") if found else None)
+        pair = [(n, d) for n, d in found if d.get("group") == group][:2]
+        if len(pair) < 2:
+            print(f"memoryguard-kuberay forensics: guard {a.guard} kept {len(pair)} artifact(s) of group {group} "
+                  f"in namespace {a.namespace}; --diff needs two", file=sys.stderr)
+            return 1
+        (new_name, new), (old_name, old) = pair  # found is newest first
+        docs, names = [old, new], [old_name, new_name]
+    forensics_diff.render(forensics_diff.diff(docs[0], docs[1]), out, names=names)  # type: ignore[arg-type]
     return 0

@@ -266,8 +266,9 @@ class Kube:
         return list(doc.get("items", []))
 
     async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
-        doc = await self.request("GET", _path(MEMORYGUARDS, namespace))
-        return list(doc.get("items", []))
+        """The namespace's guards, read in pages (a tenant may have made
+        thousands: one answer of them all is as big as they are)."""
+        return await self.list_all(_path(MEMORYGUARDS, namespace), {})
 
     async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
         return dict(await self.request("GET", _path(RAYCLUSTERS, namespace, name)))

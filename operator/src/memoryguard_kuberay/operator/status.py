@@ -159,6 +159,14 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
                       f"guarding {len(pods)} pod(s) in {len(clusters)} RayCluster(s)" if ready else str(
                           refused or spec_error), now_iso, prev_conds),
             condition("Degraded", degraded[0], degraded[1], degraded[2], now_iso, prev_conds),
+            # Positive polarity, for `kubectl get`'s REPORTING column: False
+            # when a guarded pod's sidecar is unreachable or reads no memory
+            # (READY says only that the guard is served).
+            condition("Reporting", bool(pods) and not unreachable and not blind,
+                      "SidecarUnreachable" if unreachable else "NoMemorySource" if blind else
+                      "AllReporting" if pods else "NoPods",
+                      f"{len(pods) - len(unreachable) - len(blind)} of {len(pods)} guarded pod(s) report memory",
+                      now_iso, prev_conds),
         ],
         "summary": {"clusters": len(clusters), "pods": len(pods), "atRisk": at_risk,
                     "sidecarUnreachable": len(unreachable), "noMemorySource": len(blind),

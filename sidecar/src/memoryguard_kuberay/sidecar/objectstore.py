@@ -23,7 +23,7 @@ FALLBACK = b"ray_object_store_fallback_memory"
 # Bytes of objects spilled to disk and still there: one series of this name
 # per location (MMAP_SHM, MMAP_DISK, SPILLED, WORKER_HEAP).
 BY_LOCATION = b"ray_object_store_memory"
-SPILLED_ONLY = {BY_LOCATION: b'Location="SPILLED"'}
+SPILLED_ONLY = {BY_LOCATION: ("Location", "SPILLED")}
 WANTED = frozenset({USED, AVAILABLE, FALLBACK, BY_LOCATION})
 MAX_PAGE_BYTES = 8 * 1024 * 1024
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
+from prometheus_client.parser import text_string_to_metric_families
+
 # cgroup v1 reports "no limit" as a page-rounded LONG_MAX; anything this big
 # is no limit (no machine has 1 EiB of memory).
 NO_LIMIT_ABOVE = 2**60
@@ -78,12 +80,15 @@ def parse_psi(data: bytes | None) -> dict[str, float]:
 
 
 def prom_values(lines: Iterable[bytes], names: frozenset[bytes],
-                only: Mapping[bytes, bytes] | None = None) -> dict[bytes, float]:
-    """Sum the samples of the wanted metric names in Prometheus text format,
-    line by line, without building the page into objects. Label sets of one
-    name are summed (one raylet per pod reports one series per name), or for
-    a name in ``only``, just those whose labels contain its fragment
-    (``Location="SPILLED"``)."""
+                only: Mapping[bytes, tuple[str, str]] | None = None) -> dict[bytes, float]:
+    """Sum the samples of the wanted metric names in Prometheus text format.
+    The page is streamed: a line is kept only when it starts with a wanted
+    name (a raylet's page is ~300 KiB, of which a handful of lines matter),
+    and each kept line is parsed by ``prometheus_client.parser`` (labels,
+    escapes, NaN and +Inf as Prometheus reads them), alone, so one line it
+    refuses costs only that line. Label sets of one name are summed (one
+    raylet per pod reports one series per name), or for a name in ``only``,
+    just those whose label has that value (``Location="SPILLED"``)."""
     out: dict[bytes, float] = {}
     only = only or {}
     for line in lines:
@@ -92,16 +97,16 @@ def prom_values(lines: Iterable[bytes], names: frozenset[bytes],
         name = line.split(b"{", 1)[0].split(b" ", 1)[0]
         if name not in names:
             continue
-        fragment = only.get(name)
-        if fragment is not None and fragment not in line.rsplit(b"}", 1)[0]:
-            continue
-        parts = line.rsplit(b"}", 1)[-1].split() if b"}" in line else line.split()[1:]
-        if not parts:
-            continue
         try:
-            value = float(parts[0])
-        except ValueError:
+            families = list(text_string_to_metric_families(line.decode("utf-8") + "\n"))
+        except (ValueError, UnicodeDecodeError, IndexError, TypeError):
             continue
-        if math.isfinite(value) and value >= 0:
-            out[name] = out.get(name, 0.0) + value
+        want = only.get(name)
+        for family in families:
+            for sample in family.samples:
+                if sample.name.encode() != name or (want is not None and sample.labels.get(want[0]) != want[1]):
+                    continue
+                value = float(sample.value)
+                if math.isfinite(value) and value >= 0:
+                    out[name] = out.get(name, 0.0) + value
     return out
