@@ -55,10 +55,12 @@ def main(argv: Sequence[str]) -> int:
 
     namespaces: list[str] = list(a.namespace)
     standalone = a.standalone or a.leader_elect
+    # Who this replica is, in the Lease and in the memoryguard_leader metric.
+    identity = f"{socket.gethostname()}-{os.getpid()}"
 
     def operator() -> Coroutine[Any, Any, None]:
         return kopf.operator(
-            memo=kopf.Memo(cfg=cfg, credentials=credentials),
+            memo=kopf.Memo(cfg=cfg, credentials=credentials, identity=identity),
             standalone=standalone, peering_name=None if standalone else a.peering, priority=a.priority,
             namespaces=namespaces, clusterwide=not namespaces, liveness_endpoint=os.environ.get(
                 "MEMORYGUARD_LIVENESS_ENDPOINT") or None)
@@ -67,7 +69,7 @@ def main(argv: Sequence[str]) -> int:
         if not a.leader_elect:
             asyncio.run(operator())
             return 0
-        return asyncio.run(_while_leading(operator, a.lease_namespace, a.lease_name,
+        return asyncio.run(_while_leading(operator, a.lease_namespace, a.lease_name, identity,
                                           os.environ.get("MEMORYGUARD_LIVENESS_ENDPOINT") or None))
     except KeyboardInterrupt:
         return 130
@@ -97,14 +99,13 @@ async def _standby_health(endpoint: str | None) -> asyncio.Server | None:
 
 
 async def _while_leading(operator: Callable[[], Coroutine[Any, Any, None]], namespace: str, name: str,
-                         liveness: str | None = None) -> int:
+                         identity: str, liveness: str | None = None) -> int:
     """Take the Lease, run the operator while holding it; exit 1 the moment
     it is lost (the pod restarts as a standby), give it up on a clean stop."""
     from memoryguard_kuberay.operator.kube import Kube, load_credentials
     from memoryguard_kuberay.operator.leader import LeaderElector, LeaseConfig
 
     log = logging.getLogger("memoryguard_kuberay.operator.leader")
-    identity = f"{socket.gethostname()}-{os.getpid()}"
     kube = Kube(load_credentials(), timeout_s=5.0)
     elector = LeaderElector(kube, LeaseConfig(namespace=namespace, name=name, identity=identity))
     health = await _standby_health(liveness)
