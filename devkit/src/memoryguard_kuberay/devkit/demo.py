@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryguard_kuberay.core import commands
-from memoryguard_kuberay.core.plot import save_grid
+from memoryguard_kuberay.core.plot import LIMIT_LABEL, mark, save_grid
 from memoryguard_kuberay.core.traces import read_labels, read_trace
 from memoryguard_kuberay.operator import forensics, forensics_cli
 
@@ -205,13 +205,13 @@ class Demo:
             rows = [s for s in trace.samples if s.time_s <= end]
             ts = [(offset + s.time_s) / 3600 for s in rows]
             ax.plot(ts, [(s.working_set_bytes or 0) / GIB for s in rows], lw=0.8, label="working set")
-            ax.plot(ts, [(s.memory_max_bytes or 0) / GIB for s in rows], "k--", lw=0.8, label="limit")
+            ax.plot(ts, [(s.memory_max_bytes or 0) / GIB for s in rows], "k--", lw=0.8, label=LIMIT_LABEL)
             ax.plot(ts, [(s.plasma_used_bytes or 0) / GIB for s in rows], lw=0.8, color="tab:green",
                     label="object store")
             if name in evicted:
-                ax.axvline((w.clock(evicted[name]) - w.epoch) / 3600, color="red", lw=1.5)
-                ax.annotate("rotated", ((w.clock(evicted[name]) - w.epoch) / 3600, 1), color="red", fontsize=7)
+                mark(ax, (w.clock(evicted[name]) - w.epoch) / 3600, "rotate", "rotated")
             ax.set_title(f"{name}: {self.assigned[name]}", fontsize=8, loc="left")
+            ax.set_ylabel("GiB", fontsize=7)
             ax.tick_params(labelsize=7)
         save_grid(fig, axes, out, xlabel="hours (simulated)", dpi=80)
 
