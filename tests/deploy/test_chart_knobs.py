@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .test_chart import CHART, ROOT, helm, render  # noqa: F401  (helm: the fixture)
+from .test_chart import CHART, ROOT, render
 
 PLATFORM = str(ROOT / "examples" / "values" / "platform.yaml")
 

@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("operator", help="run the operator")
     sub.add_parser("uninstall", help="delete every MemoryGuard and wait for the operator to clean up (helm hook)")
     sub.add_parser("forensics", help="print the evidence kept before a pod was rotated ([-n NS] POD, or --guard G)")
+    sub.add_parser("top", help="a live view of a cluster's guarded pods, nearest harm first ([-n NS]..., --once)")
     sub.add_parser("demo", help="the whole system on an emulated cluster, accelerated (the [demo] extra)")
     return p
 
@@ -69,7 +70,7 @@ def _version() -> str:
 
 
 # Subcommands with parsers of their own: everything after the name is theirs.
-PASSTHROUGH = ("sidecar", "record", "operator", "uninstall", "forensics", "demo")
+PASSTHROUGH = ("sidecar", "record", "operator", "uninstall", "forensics", "top", "demo")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,6 +115,10 @@ def _passthrough(command: str, rest: list[str]) -> int:
             from memoryguard_kuberay.operator import forensics_cli
 
             return forensics_cli.main(rest)
+        if command == "top":
+            from memoryguard_kuberay.operator import top
+
+            return top.main(rest)
         from memoryguard_kuberay.operator import main as operator_main
 
         return operator_main.main(rest)
@@ -122,7 +127,7 @@ def _passthrough(command: str, rest: list[str]) -> int:
     except ModuleNotFoundError as exc:
         # Only the core is installed: say which extra brings the command.
         if not (exc.name or "").startswith(("memoryguard_kuberay.", "kopf", "kubernetes", "aiohttp", "psutil",
-                                            "prometheus_client", "ray")):
+                                            "prometheus_client", "ray", "rich")):
             raise
         extra = {"sidecar": "sidecar", "record": "sidecar", "demo": "demo"}.get(command, "operator")
         print(f"memoryguard-kuberay {command} needs the [{extra}] extra: pip install 'memoryguard-kuberay[{extra}]' "

@@ -58,6 +58,13 @@ def render(doc: Mapping[str, Any], *, configmap: str, out: IO[str]) -> None:
         w(f"  {part}: skipped ({why})\n")
 
 
+def newest_first(configmaps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Kept artifacts, the newest first (by creation, then name: one
+    second's artifacts keep the order their names were made in)."""
+    return sorted(configmaps, key=lambda c: (str(c["metadata"].get("creationTimestamp", "")),
+                                             c["metadata"]["name"]), reverse=True)
+
+
 async def find(kube: Kube, namespace: str, *, pod: str | None, guard: str | None) -> list[tuple[str, dict[str, Any]]]:
     """(ConfigMap name, artifact), newest first."""
     selector = f"{fx.LABEL_KIND}={fx.KIND}"
@@ -65,10 +72,8 @@ async def find(kube: Kube, namespace: str, *, pod: str | None, guard: str | None
         selector += f",{fx.LABEL_POD}={pod[:63]}"
     if guard:
         selector += f",{fx.LABEL_GUARD}={guard}"
-    items = await kube.list_configmaps(namespace, selector)
-    items.sort(key=lambda c: (str(c["metadata"].get("creationTimestamp", "")), c["metadata"]["name"]), reverse=True)
     out = []
-    for c in items:
+    for c in newest_first(await kube.list_configmaps(namespace, selector)):
         try:
             doc = json.loads((c.get("data") or {}).get(fx.DATA_KEY, ""))
         except ValueError:
