@@ -87,7 +87,7 @@ def main(argv: Sequence[str], out: IO[str] = sys.stdout) -> int:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay forensics",
                                 description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("pod", nargs="?", help="the rotated pod (its latest evidence)")
-    p.add_argument("-n", "--namespace", default="default")
+    p.add_argument("-n", "--namespace", default="default", help="where the pod and its guard are (default default)")
     p.add_argument("--guard", help="every artifact this guard kept, newest first")
     p.add_argument("--json", action="store_true", help="the artifact(s) as stored")
     p.add_argument("--diff", nargs="*", metavar="ARTIFACT",

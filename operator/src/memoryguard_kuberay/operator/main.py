@@ -27,15 +27,20 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--namespace", "-n", action="append", default=[],
                    help="watch this namespace (repeatable); default: all namespaces")
     p.add_argument("--standalone", action="store_true", help="no peering (a single operator, tests, the demo)")
-    p.add_argument("--peering", default=os.environ.get("MEMORYGUARD_PEERING", "memoryguard"))
-    p.add_argument("--priority", type=int, default=int(os.environ.get("MEMORYGUARD_PRIORITY", "100")))
-    p.add_argument("--log-level", default=os.environ.get("MEMORYGUARD_LOG_LEVEL", "INFO"))
+    p.add_argument("--peering", default=os.environ.get("MEMORYGUARD_PEERING", "memoryguard"),
+                   help="kopf's peering object, without --standalone or --leader-elect (default memoryguard)")
+    p.add_argument("--priority", type=int, default=int(os.environ.get("MEMORYGUARD_PRIORITY", "100")),
+                   help="kopf's peering priority (default 100)")
+    p.add_argument("--log-level", default=os.environ.get("MEMORYGUARD_LOG_LEVEL", "INFO"),
+                   help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     p.add_argument("--leader-elect", action="store_true",
                    default=os.environ.get("MEMORYGUARD_LEADER_ELECTION", "").lower() in ("1", "true", "yes"),
                    help="act only while holding the Lease (one active replica among several)")
     p.add_argument("--lease-namespace", default=os.environ.get("MEMORYGUARD_LEASE_NAMESPACE")
-                   or os.environ.get("POD_NAMESPACE") or "default")
-    p.add_argument("--lease-name", default=os.environ.get("MEMORYGUARD_LEASE_NAME", "memoryguard-operator"))
+                   or os.environ.get("POD_NAMESPACE") or "default",
+                   help="where the Lease is (default: the pod's namespace, else default)")
+    p.add_argument("--lease-name", default=os.environ.get("MEMORYGUARD_LEASE_NAME", "memoryguard-operator"),
+                   help="the Lease's name (default memoryguard-operator; the chart: the release's name)")
     a = p.parse_args(list(argv))
     logging.basicConfig(level=a.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
