@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import io
 import json
 import sys
@@ -191,6 +192,10 @@ class Demo:
         names = [n for n in self.assigned if "-head-" not in n]
         fig, axes = plt.subplots(len(names), 1, figsize=(10, 1.9 * len(names)), squeeze=False, sharex=True)
         evicted = {pod: wall for _, pod, wall in w.api.evictions}
+        # Remediations change the group's template: marked on every panel, at
+        # the operator's clock time of their Event.
+        remedied = [((w.clock(_wall(e["firstTimestamp"])) - w.epoch) / 3600, e["message"].split(":", 1)[0][:40])
+                    for e in w.events("RemediationApplied")]
         for ax, name in zip(axes[:, 0], names):
             sc = w.sidecars.get(name)
             if sc is None:
@@ -206,10 +211,17 @@ class Demo:
                     label="object store")
             if name in evicted:
                 mark(ax, (w.clock(evicted[name]) - w.epoch) / 3600, "rotate", "rotated")
+            for t, what in remedied:
+                mark(ax, t, "remediate", what)
             ax.set_title(f"{name}: {self.assigned[name]}", fontsize=8, loc="left")
             ax.set_ylabel("GiB", fontsize=7)
             ax.tick_params(labelsize=7)
         save_grid(fig, axes, out, xlabel="hours (simulated)", dpi=80)
+
+
+def _wall(iso: str) -> float:
+    """An Event's timestamp (whole seconds, UTC) as unix seconds."""
+    return datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
 
 
 def cluster(workers: int) -> dict[str, Any]:
