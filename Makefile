@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup run demo test lint typecheck unit faults real-pods soak bench bench-sidecar bench-hostile bench-flood bench-operator real-leak crds traces clean
+.PHONY: setup run demo test lint typecheck unit faults real-pods soak bench bench-sidecar bench-hostile bench-tenants bench-flood bench-operator real-leak crds traces clean
 
 PARTS   := core sidecar operator devkit
 
@@ -63,6 +63,12 @@ crds: $(STAMP)
 
 bench-hostile: $(STAMP)
 	$(BIN)/python benchmarks/hostile_answers.py
+
+# One tenant's 700 hostile pods beside another tenant's leak, the real
+# operator between them: its peak RSS, its longest health answer, and when
+# the other tenant's leak was evicted, against the same run alone (issue 24).
+bench-tenants: $(STAMP)
+	$(BIN)/python benchmarks/hostile_tenants.py
 
 # A legitimate poller beside a request flood on one real sidecar (issue 24).
 bench-flood: $(STAMP)

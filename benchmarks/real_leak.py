@@ -9,8 +9,10 @@ released), and a Python structure that only grows. The real sidecar reads
 that cgroup and the raylet's metrics; this script polls it as the operator
 would and runs the policy on each sample as it arrives, with the test
 profile below. Printed: when the policy said rotate, when the kernel
-OOM-killed (the cgroup's ``oom_kill`` counter, the actor's process gone), and
-the lead. Exit 1 if the kernel came first; 2 if this host cannot run it.
+OOM-killed (the cgroup's ``oom_kill`` counter, the actor's process gone), or
+held the cgroup at its limit without killing (seen here: the actor kept in
+reclaim at the limit for the rest of the run; the workload ends there all
+the same), and the lead. Exit 1 if the kernel came first; 2 if this host cannot run it.
 
 The policy's **test profile** (``examples/guards/test-profile.yaml``: short
 windows, for a leak that reaches the OOM in about 10 minutes; never a
@@ -162,6 +164,7 @@ def main() -> int:
     first_rotate: tuple[float, str] | None = None
     first_memory: tuple[float, str] | None = None  # the first rotation for memory itself, not the store
     oom_at: float | None = None
+    ended = "OOM-killed"  # or: stalled at the limit, never killed
     leak_start: float | None = None
     t0 = time.time()
     try:
@@ -190,6 +193,7 @@ def main() -> int:
                     kills0 = group.oom_kills()
                     last_t = 0.0
                     last_print = 0.0
+                    stall = LimitStall(limit)
                     while time.monotonic() < deadline:
                         with contextlib.suppress(OSError, ValueError):
                             for raw in get_json(url)["samples"]:
@@ -199,6 +203,7 @@ def main() -> int:
                                 last_t = s.time_s
                                 samples.append(s)
                                 window.add(s)
+                                stall.add(s)
                                 d = decide(settings=settings, window=window, history=RotationHistory(), now_s=s.time_s)
                                 if d[0].action is not Action.ROTATE:
                                     continue
@@ -223,8 +228,19 @@ def main() -> int:
                             print(f"[{oom_at - t0:6.0f} s] KERNEL: OOM kill in the cgroup (oom_kill "
                                   f"{group.oom_kills()})", flush=True)
                             break
+                        if stall.stalled_since is not None:
+                            # Seen on this host's cgroup v1 with a 2 GiB limit: no kill,
+                            # the leaking actor held in reclaim at the limit (load ~100,
+                            # all system time) until the run's end. The workload died
+                            # there all the same: that is the end a rotation must beat.
+                            oom_at = stall.stalled_since
+                            ended = "stalled at the limit"
+                            print(f"[{time.time() - t0:6.0f} s] KERNEL: no OOM kill; the cgroup has been held at its "
+                                  f"limit since {oom_at - t0:.0f} s with no progress for {STALL_S:.0f} s (reclaim, "
+                                  "not a kill): the run ends there", flush=True)
+                            break
                         time.sleep(1)
-                    if oom_at is not None:
+                    if oom_at is not None and ended == "OOM-killed":
                         with contextlib.suppress(subprocess.TimeoutExpired):
                             out, _ = driver.communicate(timeout=30)
                             died = [ln for ln in out.splitlines() if ln.startswith("ACTOR")]
@@ -239,12 +255,12 @@ def main() -> int:
         print(f"real-leak: no OOM kill within {args.max_minutes:g} minutes (leak too slow for this limit?)")
         return 1
     if samples and leak_start is not None:
-        _write(samples, args.trace, t0=samples[0].time_s, leak_start=leak_start, oom_at=oom_at)
+        _write(samples, args.trace, t0=samples[0].time_s, leak_start=leak_start, oom_at=oom_at, ended=ended)
     if first_rotate is None or first_rotate[0] > oom_at:
-        print(f"RESULT: the kernel came first (OOM at {oom_at - t0:.0f} s, policy "
+        print(f"RESULT: the kernel came first ({ended} at {oom_at - t0:.0f} s, policy "
               f"{'never' if first_rotate is None else f'at {first_rotate[0] - t0:.0f} s'})")
         return 1
-    print(f"RESULT: policy said rotate at {first_rotate[0] - t0:.0f} s, kernel OOM-killed at {oom_at - t0:.0f} s: "
+    print(f"RESULT: policy said rotate at {first_rotate[0] - t0:.0f} s, {ended} at {oom_at - t0:.0f} s: "
           f"lead {oom_at - first_rotate[0]:.0f} s ({first_rotate[1][:120]})")
     if first_memory is not None and first_memory is not first_rotate:
         print(f"        the memory rules alone: rotate at {first_memory[0] - t0:.0f} s, lead "
@@ -252,7 +268,32 @@ def main() -> int:
     return 0
 
 
-def _write(samples: list[Sample], path: str, *, t0: float, leak_start: float, oom_at: float) -> None:
+STALL_S = 60.0  # at the limit this long without growing: held in reclaim, not killed
+STALL_AT = 0.98  # of the limit: memory.current there is at the limit (the kernel keeps a little back)
+
+
+class LimitStall:
+    """When the cgroup reached its limit and stopped there: memory.current at
+    ``STALL_AT`` of the limit and growing less than 1% of it for ``STALL_S``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.at_limit: tuple[float, float] | None = None  # (since, memory.current then)
+        self.stalled_since: float | None = None
+
+    def add(self, s: Sample) -> None:
+        current = s.memory_current_bytes or 0
+        if current < STALL_AT * self.limit:
+            self.at_limit = None
+            return
+        if self.at_limit is None or current - self.at_limit[1] > 0.01 * self.limit:
+            self.at_limit = (s.time_s, current)
+        elif s.time_s - self.at_limit[0] >= STALL_S:
+            self.stalled_since = self.at_limit[0]
+
+
+def _write(samples: list[Sample], path: str, *, t0: float, leak_start: float, oom_at: float,
+           ended: str) -> None:
     """The recorded samples as a trace (t_s from the first), ending at the
     kill, with its label beside it in labels.json."""
     rows = []
@@ -267,7 +308,7 @@ def _write(samples: list[Sample], path: str, *, t0: float, leak_start: float, oo
     labels_path = p.parent / "labels.json"
     labels = json.loads(labels_path.read_text()) if labels_path.exists() else {}
     labels[p.stem] = {"kind": "leak", "leak_start_s": int(leak_start - t0), "oom_at_s": int(oom_at - t0),
-                      "plasma_full_at_s": None, "rows": len(rows)}
+                      "plasma_full_at_s": None, "rows": len(rows), "ended": ended}
     labels_path.write_text(json.dumps(labels, indent=1, sort_keys=True) + "\n")
     print(f"trace written to {p} ({len(rows)} rows) with its label in {labels_path}")
 

@@ -1,5 +1,5 @@
-"""The offline commands as a user runs them: `memoryguard-kuberay simulate`,
-`bench` and `gen-traces`, in a subprocess, checking output shapes."""
+"""The commands as a user runs them: `memoryguard-kuberay simulate`,
+`bench` and `gen-traces` in a subprocess, checking output shapes; every command's --help."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from memoryguard_kuberay.core import commands
 
@@ -72,3 +74,28 @@ def test_bench_json_and_gen_traces(tmp_path: Path) -> None:
     assert set(doc) == {"policy", "baseline", "traces", "cost"}
     assert doc["cost"]["samples"] > 0 and doc["cost"]["us_per_sample"] > 0
     assert len(doc["traces"]) == 6
+
+
+COMMANDS = [[], ["simulate"], ["bench"], ["gen-traces"], ["sidecar"], ["record"], ["operator"], ["uninstall"],
+            ["forensics"], ["top"], ["demo"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) or "main" for c in COMMANDS])
+def test_every_argument_of_every_command_says_what_it_is(command: list[str]) -> None:
+    """Issue 26, 4: flags without help. In argparse's --help, an argument's
+    help follows it on its line or the next, indented further."""
+    import re
+
+    r = mg(*command, "--help")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    bare, section = [], False
+    for i, ln in enumerate(lines):
+        if re.match(r"^(options|positional arguments):", ln):
+            section = True
+        elif section and re.match(r"^  \S", ln):
+            inline = len(re.split(r"\s{2,}", ln.strip(), maxsplit=1)) > 1
+            below = i + 1 < len(lines) and re.match(r"^ {6,}\S", lines[i + 1])
+            if not (inline or below):
+                bare.append(ln.strip())
+    assert section and not bare, f"{' '.join(command) or 'memoryguard-kuberay'}: no help for {bare}"

@@ -4,7 +4,6 @@ kubernetes-validate for Kubernetes 1.29 through 1.35."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,14 +23,6 @@ VALUES = sorted((ROOT / "examples" / "values").glob("*.yaml"))
 GUARDS = sorted((ROOT / "examples" / "guards").glob("*.yaml"))
 K8S_VERSIONS = [f"1.{m}.0" for m in range(29, 36)]
 NOT_CORE = {"monitoring.coreos.com/v1"}  # Prometheus Operator kinds: no schema in kubernetes-validate
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    out = subprocess.run([str(ROOT / ".ci" / "k8s-tools")], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "VENV": str(Path(os.sys.executable).parents[1])})
-    assert out.returncode == 0, out.stderr
-    return str(Path(out.stdout.strip()) / "helm")
 
 
 def render(helm: str, *args: str) -> list[dict[str, Any]]:

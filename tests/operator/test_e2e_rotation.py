@@ -4,6 +4,7 @@ stand-in + real sidecar processes + the real operator process), at 600x."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from pathlib import Path
 
@@ -43,6 +44,10 @@ async def test_leaking_worker_is_rotated_before_oom_healthy_never(tmp_path: Path
         assert ('memoryguard_rotations_total{guard="leak-guard",namespace="default",outcome="rotated",'
                 'reason="ProjectedOOM"} 1.0') in metrics
         assert 'memoryguard_pods_guarded{guard="leak-guard",namespace="default"} 3.0' in metrics
+        # What runs, and which replica acts (this one: its host and process id).
+        assert re.search(r'memoryguard_build_info\{kopf="[0-9.]+",python="3\.[0-9.]+",version="0\.1\.0"\} 1\.0',
+                         metrics), metrics[:400]
+        assert re.search(r'memoryguard_leader\{identity="[^"]+-[0-9]+"\} 1\.0', metrics)
         # The evidence was kept before the drain: a ConfigMap owned by the
         # guard, an Event on the pod, the status pointing at it.
         kept = await w.wait_for(lambda: w.events("ForensicsKept", kind="Pod"), 30, "ForensicsKept on the pod")

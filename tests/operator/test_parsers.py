@@ -4,6 +4,7 @@ status): any input, no exception, and nothing invalid let through."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import urllib.parse
 from typing import Any
@@ -234,3 +235,57 @@ def test_group_short_counts_missing_and_unready_pods_and_rotations_started_this_
     assert book.rotating_in("rc", "g") == 1
     assert groups.short("rc", "g", rotating=1, inflight=book.inflight) == 2
     assert groups.short("rc", "other", rotating=0, inflight=book.inflight) == 0  # a group the RayCluster does not name
+
+
+class _Clock:
+    """The operator's clock, moved by hand."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+    def real_seconds(self, s: float) -> float:
+        return s
+
+
+def test_the_budget_follows_the_time_since_a_pod_was_last_fed() -> None:
+    full = (sidecar_client.MAX_POLL_SAMPLES, sidecar_client.MAX_POLL_BYTES)
+    assert sidecar_client.poll_budget(None) == full  # a first poll, or the first after an outage
+    n, size = sidecar_client.poll_budget(15.0)
+    assert n == 130 and size < 100 * 1024  # one 15 s interval: room for 130 samples, not a 512 KiB page
+    assert sidecar_client.poll_budget(3600.0) == full  # an hour's backlog comes whole
+
+
+async def test_a_pod_that_brings_a_full_page_at_every_poll_is_refused_unread_until_time_allows() -> None:
+    # Issue 24: 100 pods answering a full page with `more: true` at every
+    # poll, each poll within the caps, stalled the operator's loop 5.5 s.
+    from memoryguard_kuberay.operator import judging
+    from memoryguard_kuberay.operator.metrics import OperatorMetrics
+
+    # Always newer than asked for: without a budget each page would be taken whole.
+    flood = _Pages(lambda since: [_sample((since or NOW - 3000) + 0.001 * (i + 1))
+                                  for i in range(sidecar_client.MAX_SAMPLES - 1)])
+    steady = _Pages(lambda since: [_sample(t) for t in (NOW - 10, NOW - 5) if since is None or t > since])
+    clock = _Clock(NOW)
+    settings_ = PolicySettings()
+    async with await asyncio.start_server(flood.handle, "127.0.0.32", 0) as s1, \
+            await asyncio.start_server(steady.handle, "127.0.0.33", 0) as s2:
+        how = judging.Polling(port=0, timeout_s=5, clock=clock, metrics=OperatorMetrics(),  # type: ignore[arg-type]
+                              namespace="ns", guard="g", slots=(asyncio.Semaphore(4), asyncio.Semaphore(4)))
+        pods = {}
+        for name, ip, srv in (("flood", "127.0.0.32", s1), ("steady", "127.0.0.33", s2)):
+            pod = podinfo.pod_info({"metadata": {"name": name, "uid": name}, "status": {"phase": "Running",
+                                                                                          "podIP": ip}})
+            pods[name] = (pod, judging.PodState(PodWindow(settings_), "w"), srv.sockets[0].getsockname()[1])
+        seen: dict[str, list[int]] = {"flood": [], "steady": []}
+        for _ in range(3):
+            for name, (pod, track, port) in pods.items():
+                await judging.poll_into(pod, track, dataclasses.replace(how, port=port), settings_)
+                seen[name].append(track.window.samples_seen)
+            clock.t += 15
+    assert seen["flood"][0] >= sidecar_client.MAX_SAMPLES - 1  # its first poll: the whole budget
+    assert seen["flood"][1:] == [seen["flood"][0]] * 2  # then nothing: each page refused unread
+    assert "too large" in (pods["flood"][1].error or "")
+    assert seen["steady"] == [2, 2, 2] and pods["steady"][1].error is None  # a sidecar as it should be

@@ -1,5 +1,5 @@
 """The chart on a real kube-apiserver 1.36.2 (issue 22, 1): ``helm install``
-with its defaults and with every optional object, ``helm upgrade`` to the
+with its defaults and with every optional object and platform knob, ``helm upgrade`` to the
 same chart, the CRD Established; printer columns and defaults as a user
 sees them through kubectl."""
 
@@ -65,10 +65,12 @@ def test_install_with_every_optional_object(real: ControlPlane) -> None:
     api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "ray-a"}})
     real.helm("install", "mg-all", CHART, "-n", "mg-all", "--create-namespace",
               "-f", str(ROOT / "examples" / "values" / "prometheus-operator.yaml"),
+              "-f", str(ROOT / "examples" / "values" / "platform.yaml"),
               "--set", "watchNamespaces={ray-a}", "--set", "networkPolicy.enabled=true")
     manifest = [d for d in yaml.safe_load_all(real.helm("get", "manifest", "mg-all", "-n", "mg-all").stdout) if d]
     kinds = {d["kind"] for d in manifest}
-    assert {"ServiceMonitor", "PrometheusRule", "ConfigMap", "NetworkPolicy", "Role", "RoleBinding"} <= kinds, kinds
+    assert {"ServiceMonitor", "PrometheusRule", "ConfigMap", "NetworkPolicy", "Role", "RoleBinding",
+            "PodDisruptionBudget", "ServiceAccount"} <= kinds, kinds
     for d in manifest:
         ns = d["metadata"].get("namespace")
         args = ["get", d["kind"], d["metadata"]["name"], "-o", "name"] + (["-n", ns] if ns else [])

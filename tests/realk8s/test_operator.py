@@ -7,6 +7,7 @@ the audit of every request come last."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -21,7 +22,7 @@ from memoryguard_kuberay.operator.guardspec import read_guard_spec
 
 from ..devworld import KUBERAY, ROOT
 from ..operator.conftest import HEALTHY, LEAK, guard, raycluster
-from ..procs import stop
+from ..procs import VENV_BIN, stop
 from .controlplane import ControlPlane
 from .operatorproc import operator_command
 from .standin import StandIn
@@ -153,6 +154,33 @@ def test_a_leaking_worker_is_rotated_through_the_eviction_api(release: Release) 
     names = [c["name"] for g in rc["spec"]["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]]
     assert patches.SIDECAR_NAME in names
     assert r.events("SidecarInjected", "RayCluster")
+
+
+def test_top_shows_the_real_clusters_guarded_pods_nearest_harm_first(release: Release) -> None:
+    """``memoryguard-kuberay top`` against the real API server, with a
+    user's kubeconfig (the admin's here): the guard of the test above, its
+    pods nearest harm first, its rotation among the last actions; and the
+    screen saved as a terminal capture."""
+    r = release
+    r.wait_for(lambda: ((r.api.get(f"{GUARDS}/leak-guard") or {}).get("status") or {}).get("pods"), 60,
+               "the guard's pods in its status")
+    shot = r.workdir / "top.svg"
+    out = subprocess.run([str(VENV_BIN / "memoryguard-kuberay"), "top", "--once", "-n", NS, "--save", str(shot)],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "KUBECONFIG": str(
+                             r.cp.kubeconfig)})
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert f"MemoryGuard top: {NS} on https://" in text and "OOM IN" in text and "VERDICT" in text, text
+    rows = [ln for ln in text.splitlines() if ln.startswith("│") and f"{NS}/leak-guard" in ln]  # the table's
+    status = r.api.get(f"{GUARDS}/leak-guard")["status"]
+    assert len(rows) == min(len(status["pods"]), 40), text
+    etas = [p.get("projectedOOMSeconds") for p in status["pods"].values()]
+    if any(e is not None for e in etas):  # the nearest projected OOM is the first row
+        first = min((e, n) for n, p in status["pods"].items() if (e := p.get("projectedOOMSeconds")) is not None)
+        assert first[1] in rows[0], (first, rows[0])
+    last = status["rotations"]["lastPod"]
+    assert f"rotated {last}" in text.split("last actions:", 1)[1], text
+    assert shot.read_text().startswith("<svg") and "leak-guard" in shot.read_text()
 
 
 def test_remediation_patches_are_accepted_by_the_raycluster_schema(release: Release) -> None:

@@ -37,6 +37,9 @@ def test_serves_samples_and_metrics_from_a_cgroup(fixtures: Path) -> None:
         assert "memoryguard_sidecar_working_set_bytes 2.5770123264e+10" in text
         assert 'memoryguard_sidecar_scrape_success{source="memory"} 1.0' in text
         assert "memoryguard_sidecar_plasma_used_bytes" not in text  # unknown is absent, not 0
+        # The kernel's OOM kills are a counter (rate() and increase() read it), named as one.
+        assert "# TYPE memoryguard_sidecar_oom_kills_total counter" in text
+        assert "memoryguard_sidecar_oom_kills_total 1.0" in text
         assert http_get(url + "/healthz")[0] == 200
 
 

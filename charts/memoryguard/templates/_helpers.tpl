@@ -32,3 +32,8 @@ set there is no policy, and NOTES.txt says so loudly. */ -}}
 {{- else if .Values.watchNamespaces -}}{{ toJson .Values.watchNamespaces }}
 {{- else -}}[]{{- end -}}
 {{- end -}}
+
+{{- /* The operator's ServiceAccount: the release's full name unless named. */ -}}
+{{- define "memoryguard.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (include "memoryguard.fullname" .) -}}
+{{- end -}}

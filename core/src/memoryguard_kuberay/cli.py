@@ -15,7 +15,8 @@ from collections.abc import Sequence
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay", description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--version", action="version", version=f"memoryguard-kuberay {_version()}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="one of the commands below; COMMAND --help says more")
 
     s = sub.add_parser("simulate", help="replay memory traces through the policy, offline")
     s.add_argument("traces", nargs="*", metavar="TRACE.csv",
@@ -26,15 +27,17 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="score the policy and a static baseline on labelled traces")
     b.add_argument("directory", nargs="?", metavar="DIR", help="traces and labels.json (default: examples)")
-    b.add_argument("--labels", metavar="labels.json")
-    b.add_argument("--guard", metavar="FILE.yaml")
-    b.add_argument("--json", action="store_true")
+    b.add_argument("--labels", metavar="labels.json", help="what really happened to each trace "
+                                                          "(default: DIR/labels.json)")
+    b.add_argument("--guard", metavar="FILE.yaml", help="a MemoryGuard manifest whose spec sets the policy "
+                                                        "(default: the policy's defaults)")
+    b.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     b.add_argument("--no-cost", action="store_true", help="skip the policy cost measurement")
     b.add_argument("--safety-seconds", type=float, default=600.0,
                    help="a leak counts as caught this long before its OOM at least (default 600: time to drain)")
 
     g = sub.add_parser("gen-traces", help="write synthetic traces and labels.json")
-    g.add_argument("out_dir", metavar="DIR")
+    g.add_argument("out_dir", metavar="DIR", help="where to write the traces and labels.json (made if missing)")
     g.add_argument("--random", type=_positive_int, metavar="N",
                    help="N pods (1 or more) from wide random ranges (default: the examples)")
     g.add_argument("--seed", type=int, default=7, help="random seed (default 7: the examples)")
@@ -45,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("operator", help="run the operator")
     sub.add_parser("uninstall", help="delete every MemoryGuard and wait for the operator to clean up (helm hook)")
     sub.add_parser("forensics", help="print the evidence kept before a pod was rotated ([-n NS] POD, or --guard G)")
+    sub.add_parser("top", help="a live view of a cluster's guarded pods, nearest harm first ([-n NS]..., --once)")
     sub.add_parser("demo", help="the whole system on an emulated cluster, accelerated (the [demo] extra)")
     return p
 
@@ -69,7 +73,7 @@ def _version() -> str:
 
 
 # Subcommands with parsers of their own: everything after the name is theirs.
-PASSTHROUGH = ("sidecar", "record", "operator", "uninstall", "forensics", "demo")
+PASSTHROUGH = ("sidecar", "record", "operator", "uninstall", "forensics", "top", "demo")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,6 +118,10 @@ def _passthrough(command: str, rest: list[str]) -> int:
             from memoryguard_kuberay.operator import forensics_cli
 
             return forensics_cli.main(rest)
+        if command == "top":
+            from memoryguard_kuberay.operator import top
+
+            return top.main(rest)
         from memoryguard_kuberay.operator import main as operator_main
 
         return operator_main.main(rest)
@@ -122,7 +130,7 @@ def _passthrough(command: str, rest: list[str]) -> int:
     except ModuleNotFoundError as exc:
         # Only the core is installed: say which extra brings the command.
         if not (exc.name or "").startswith(("memoryguard_kuberay.", "kopf", "kubernetes", "aiohttp", "psutil",
-                                            "prometheus_client", "ray")):
+                                            "prometheus_client", "ray", "rich")):
             raise
         extra = {"sidecar": "sidecar", "record": "sidecar", "demo": "demo"}.get(command, "operator")
         print(f"memoryguard-kuberay {command} needs the [{extra}] extra: pip install 'memoryguard-kuberay[{extra}]' "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import io
 import json
 import sys
@@ -20,10 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.text import Text
+
 from memoryguard_kuberay.core import commands
-from memoryguard_kuberay.core.plot import save_grid
+from memoryguard_kuberay.core.plot import LIMIT_LABEL, mark, save_grid
 from memoryguard_kuberay.core.traces import read_labels, read_trace
-from memoryguard_kuberay.operator import forensics, forensics_cli
+from memoryguard_kuberay.operator import forensics, forensics_cli, topview
 
 from .emulator.world import SIDECAR_PORT, World, world
 
@@ -92,26 +97,17 @@ class Demo:
             if not self.args.json and not sys.stdout.isatty():
                 print(line[:200], flush=True)
 
-    def screen(self, w: World, story_end: float) -> str:
+    def screen(self, w: World, story_end: float) -> RenderableType:
+        """``memoryguard-kuberay top``'s view of the demo's guard (the same
+        code), under a banner saying what is real, then the latest actions."""
         g = w.api.get("memoryguards", "default", "demo-guard") or {}
-        pods = (g.get("status") or {}).get("pods") or {}
         t = w.clock() - w.epoch
-        out = ["MemoryGuard demo: the operator, the sidecars and the policy are real; the Kubernetes API server and",
-               "KubeRay are emulated (devkit/.../emulator). Clock: "
-               f"{self.args.speed:.0f}x, {t / 3600:.1f} h of {story_end / 3600:.1f} h simulated.", ""]
-        out.append(f"{'worker':<38} {'replays':<23} {'working set':>17} {'trend':>11} {'OOM in':>8}  verdict")
-        for name in sorted(pods):
-            p = pods[name]
-            ws, lim = p.get("workingSetBytes"), p.get("limitBytes")
-            wss = f"{ws / GIB:5.1f}/{lim / GIB:4.0f} GiB" if ws and lim else "?"
-            slope = p.get("slopeBytesPerHour")
-            trend = f"{slope / GIB:+.1f} GiB/h" if slope is not None else "-"
-            eta = p.get("projectedOOMSeconds")
-            etas = f"{eta / 3600:.1f} h" if eta is not None else "-"
-            out.append(f"{name:<38} {self.assigned.get(name, '?'):<23} {wss:>17} {trend:>11} {etas:>8}  "
-                       f"{p.get('verdict', '?')}")
-        out += ["", "actions:"] + [f"  {line[:150]}" for line in self.log[-10:]]
-        return "\n".join(out)
+        banner = ("MemoryGuard demo: the operator, the sidecars and the policy are real; the Kubernetes API server "
+                  "and KubeRay are emulated (the devkit's emulator). Clock: "
+                  f"{self.args.speed:.0f}x, {t / 3600:.1f} h of {story_end / 3600:.1f} h simulated.")
+        log = "\n".join(f"  {line[:150]}" for line in self.log[-10:])
+        return Group(Text(banner), topview.screen([g] if g else [], title="guarded workers, nearest harm first"),
+                     Text("\nEvents:\n" + (log or "  none yet")))
 
     # -- the run ---------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
@@ -124,13 +120,14 @@ class Demo:
                 w.api.put("memoryguards", guard())
                 await w.start_operator()
                 tty = sys.stdout.isatty() and not a.json
-                while w.clock() - w.epoch < story_end:
-                    self.refuse_pods_that_cannot_serve(w)
-                    self.collect_events(w)
-                    if tty:
-                        sys.stdout.write("\x1b[H\x1b[2J" + self.screen(w, story_end) + "\n")
-                        sys.stdout.flush()
-                    await asyncio.sleep(0.5)
+                with Live(console=Console(), auto_refresh=False, screen=True) if tty else contextlib.nullcontext() \
+                        as live:
+                    while w.clock() - w.epoch < story_end:
+                        self.refuse_pods_that_cannot_serve(w)
+                        self.collect_events(w)
+                        if live is not None:
+                            live.update(self.screen(w, story_end), refresh=True)
+                        await asyncio.sleep(0.5)
                 self.collect_events(w)
                 summary = self.summarize(w, time.monotonic() - started)
                 self.evidence = self.latest_evidence(w)
@@ -153,11 +150,11 @@ class Demo:
     def latest_evidence(self, w: World) -> str:
         """The evidence the operator kept before its latest rotation, as
         ``memoryguard-kuberay forensics`` prints it."""
-        kept = sorted(w.api.objects("configmaps", "default"), key=lambda c: c["metadata"]["name"])
+        kept = forensics_cli.newest_first(w.api.objects("configmaps", "default"))
         if not kept:
             return ""
         out = io.StringIO()
-        forensics_cli.render(json.loads(kept[-1]["data"][forensics.DATA_KEY]), configmap=kept[-1]["metadata"]["name"],
+        forensics_cli.render(json.loads(kept[0]["data"][forensics.DATA_KEY]), configmap=kept[0]["metadata"]["name"],
                              out=out)
         return out.getvalue()
 
@@ -195,6 +192,10 @@ class Demo:
         names = [n for n in self.assigned if "-head-" not in n]
         fig, axes = plt.subplots(len(names), 1, figsize=(10, 1.9 * len(names)), squeeze=False, sharex=True)
         evicted = {pod: wall for _, pod, wall in w.api.evictions}
+        # Remediations change the group's template: marked on every panel, at
+        # the operator's clock time of their Event.
+        remedied = [((w.clock(_wall(e["firstTimestamp"])) - w.epoch) / 3600, e["message"].split(":", 1)[0][:40])
+                    for e in w.events("RemediationApplied")]
         for ax, name in zip(axes[:, 0], names):
             sc = w.sidecars.get(name)
             if sc is None:
@@ -205,15 +206,22 @@ class Demo:
             rows = [s for s in trace.samples if s.time_s <= end]
             ts = [(offset + s.time_s) / 3600 for s in rows]
             ax.plot(ts, [(s.working_set_bytes or 0) / GIB for s in rows], lw=0.8, label="working set")
-            ax.plot(ts, [(s.memory_max_bytes or 0) / GIB for s in rows], "k--", lw=0.8, label="limit")
+            ax.plot(ts, [(s.memory_max_bytes or 0) / GIB for s in rows], "k--", lw=0.8, label=LIMIT_LABEL)
             ax.plot(ts, [(s.plasma_used_bytes or 0) / GIB for s in rows], lw=0.8, color="tab:green",
                     label="object store")
             if name in evicted:
-                ax.axvline((w.clock(evicted[name]) - w.epoch) / 3600, color="red", lw=1.5)
-                ax.annotate("rotated", ((w.clock(evicted[name]) - w.epoch) / 3600, 1), color="red", fontsize=7)
+                mark(ax, (w.clock(evicted[name]) - w.epoch) / 3600, "rotate", "rotated")
+            for t, what in remedied:
+                mark(ax, t, "remediate", what)
             ax.set_title(f"{name}: {self.assigned[name]}", fontsize=8, loc="left")
+            ax.set_ylabel("GiB", fontsize=7)
             ax.tick_params(labelsize=7)
         save_grid(fig, axes, out, xlabel="hours (simulated)", dpi=80)
+
+
+def _wall(iso: str) -> float:
+    """An Event's timestamp (whole seconds, UTC) as unix seconds."""
+    return datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp()
 
 
 def cluster(workers: int) -> dict[str, Any]:
@@ -252,8 +260,6 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(summary))
         return 1 if missed else 0
-    if sys.stdout.isatty():
-        sys.stdout.write("\x1b[H\x1b[2J")
     print("\n".join(demo.log))
     print(f"\nsummary: {summary['workers']} workers, {summary['leaks']} leaking: {summary['caught']} caught before "
           f"their OOM (min lead {'-' if summary['min_lead_h'] is None else str(summary['min_lead_h']) + ' h'}), "

@@ -58,6 +58,13 @@ def render(doc: Mapping[str, Any], *, configmap: str, out: IO[str]) -> None:
         w(f"  {part}: skipped ({why})\n")
 
 
+def newest_first(configmaps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Kept artifacts, the newest first (by creation, then name: one
+    second's artifacts keep the order their names were made in)."""
+    return sorted(configmaps, key=lambda c: (str(c["metadata"].get("creationTimestamp", "")),
+                                             c["metadata"]["name"]), reverse=True)
+
+
 async def find(kube: Kube, namespace: str, *, pod: str | None, guard: str | None) -> list[tuple[str, dict[str, Any]]]:
     """(ConfigMap name, artifact), newest first."""
     selector = f"{fx.LABEL_KIND}={fx.KIND}"
@@ -65,10 +72,8 @@ async def find(kube: Kube, namespace: str, *, pod: str | None, guard: str | None
         selector += f",{fx.LABEL_POD}={pod[:63]}"
     if guard:
         selector += f",{fx.LABEL_GUARD}={guard}"
-    items = await kube.list_configmaps(namespace, selector)
-    items.sort(key=lambda c: (str(c["metadata"].get("creationTimestamp", "")), c["metadata"]["name"]), reverse=True)
     out = []
-    for c in items:
+    for c in newest_first(await kube.list_configmaps(namespace, selector)):
         try:
             doc = json.loads((c.get("data") or {}).get(fx.DATA_KEY, ""))
         except ValueError:
@@ -82,7 +87,7 @@ def main(argv: Sequence[str], out: IO[str] = sys.stdout) -> int:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay forensics",
                                 description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("pod", nargs="?", help="the rotated pod (its latest evidence)")
-    p.add_argument("-n", "--namespace", default="default")
+    p.add_argument("-n", "--namespace", default="default", help="where the pod and its guard are (default default)")
     p.add_argument("--guard", help="every artifact this guard kept, newest first")
     p.add_argument("--json", action="store_true", help="the artifact(s) as stored")
     p.add_argument("--diff", nargs="*", metavar="ARTIFACT",

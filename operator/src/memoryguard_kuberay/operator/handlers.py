@@ -50,6 +50,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # the whole cancellation_backoff before removing it (seen: a guard hung).
     settings.background.instant_exit_timeout = STOP_WAIT_S
     metrics = OperatorMetrics()
+    metrics.leading(memo.get("identity") or "standalone")
     if cfg.metrics_port:
         from prometheus_client import start_http_server
 

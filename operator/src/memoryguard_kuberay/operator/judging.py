@@ -37,6 +37,7 @@ class PodState:
     failure: sidecar_client.PollFailure | None = None  # why the last poll brought no samples
     last_decision: Decision | None = None
     blind: bool = False  # the sidecar answers but reads no memory
+    fed_at: float | None = None  # operator clock: the last poll that brought samples (sets the next one's budget)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,11 +74,15 @@ async def poll_into(p: pi.PodInfo, track: PodState, how: Polling, settings: Poli
         track.failure = sidecar_client.PollFailure.UNREACHABLE if not p.ip else None
         return
     since = track.window.last.time_s if track.window.last else None
+    started = how.clock.now()
+    budget = sidecar_client.poll_budget(None if track.fed_at is None else started - track.fed_at)
     async with how.slots[0], how.slots[1]:
         # Nothing older than the policy's window is asked for or kept.
         res = await sidecar_client.poll(p.ip, how.port, since, timeout_s=how.timeout_s, now=how.clock.now,
                                         pod_uid=p.uid, require_uid=p.injected_sidecar,
-                                        oldest_s=how.clock.now() - settings.trend_window_s)
+                                        oldest_s=started - settings.trend_window_s, budget=budget)
+    if res.samples:
+        track.fed_at = started
     how.metrics.poll_seconds.labels(how.namespace, how.guard).observe(res.latency_s)
     if res.error and not res.samples:
         why = (res.failure or sidecar_client.PollFailure.BAD_ANSWER).value

@@ -27,15 +27,20 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--namespace", "-n", action="append", default=[],
                    help="watch this namespace (repeatable); default: all namespaces")
     p.add_argument("--standalone", action="store_true", help="no peering (a single operator, tests, the demo)")
-    p.add_argument("--peering", default=os.environ.get("MEMORYGUARD_PEERING", "memoryguard"))
-    p.add_argument("--priority", type=int, default=int(os.environ.get("MEMORYGUARD_PRIORITY", "100")))
-    p.add_argument("--log-level", default=os.environ.get("MEMORYGUARD_LOG_LEVEL", "INFO"))
+    p.add_argument("--peering", default=os.environ.get("MEMORYGUARD_PEERING", "memoryguard"),
+                   help="kopf's peering object, without --standalone or --leader-elect (default memoryguard)")
+    p.add_argument("--priority", type=int, default=int(os.environ.get("MEMORYGUARD_PRIORITY", "100")),
+                   help="kopf's peering priority (default 100)")
+    p.add_argument("--log-level", default=os.environ.get("MEMORYGUARD_LOG_LEVEL", "INFO"),
+                   help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     p.add_argument("--leader-elect", action="store_true",
                    default=os.environ.get("MEMORYGUARD_LEADER_ELECTION", "").lower() in ("1", "true", "yes"),
                    help="act only while holding the Lease (one active replica among several)")
     p.add_argument("--lease-namespace", default=os.environ.get("MEMORYGUARD_LEASE_NAMESPACE")
-                   or os.environ.get("POD_NAMESPACE") or "default")
-    p.add_argument("--lease-name", default=os.environ.get("MEMORYGUARD_LEASE_NAME", "memoryguard-operator"))
+                   or os.environ.get("POD_NAMESPACE") or "default",
+                   help="where the Lease is (default: the pod's namespace, else default)")
+    p.add_argument("--lease-name", default=os.environ.get("MEMORYGUARD_LEASE_NAME", "memoryguard-operator"),
+                   help="the Lease's name (default memoryguard-operator; the chart: the release's name)")
     a = p.parse_args(list(argv))
     logging.basicConfig(level=a.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -55,10 +60,12 @@ def main(argv: Sequence[str]) -> int:
 
     namespaces: list[str] = list(a.namespace)
     standalone = a.standalone or a.leader_elect
+    # Who this replica is, in the Lease and in the memoryguard_leader metric.
+    identity = f"{socket.gethostname()}-{os.getpid()}"
 
     def operator() -> Coroutine[Any, Any, None]:
         return kopf.operator(
-            memo=kopf.Memo(cfg=cfg, credentials=credentials),
+            memo=kopf.Memo(cfg=cfg, credentials=credentials, identity=identity),
             standalone=standalone, peering_name=None if standalone else a.peering, priority=a.priority,
             namespaces=namespaces, clusterwide=not namespaces, liveness_endpoint=os.environ.get(
                 "MEMORYGUARD_LIVENESS_ENDPOINT") or None)
@@ -67,7 +74,7 @@ def main(argv: Sequence[str]) -> int:
         if not a.leader_elect:
             asyncio.run(operator())
             return 0
-        return asyncio.run(_while_leading(operator, a.lease_namespace, a.lease_name,
+        return asyncio.run(_while_leading(operator, a.lease_namespace, a.lease_name, identity,
                                           os.environ.get("MEMORYGUARD_LIVENESS_ENDPOINT") or None))
     except KeyboardInterrupt:
         return 130
@@ -97,14 +104,13 @@ async def _standby_health(endpoint: str | None) -> asyncio.Server | None:
 
 
 async def _while_leading(operator: Callable[[], Coroutine[Any, Any, None]], namespace: str, name: str,
-                         liveness: str | None = None) -> int:
+                         identity: str, liveness: str | None = None) -> int:
     """Take the Lease, run the operator while holding it; exit 1 the moment
     it is lost (the pod restarts as a standby), give it up on a clean stop."""
     from memoryguard_kuberay.operator.kube import Kube, load_credentials
     from memoryguard_kuberay.operator.leader import LeaderElector, LeaseConfig
 
     log = logging.getLogger("memoryguard_kuberay.operator.leader")
-    identity = f"{socket.gethostname()}-{os.getpid()}"
     kube = Kube(load_credentials(), timeout_s=5.0)
     elector = LeaderElector(kube, LeaseConfig(namespace=namespace, name=name, identity=identity))
     health = await _standby_health(liveness)

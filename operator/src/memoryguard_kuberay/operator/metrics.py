@@ -5,6 +5,8 @@ follows the cluster, not its history."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
 from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -18,6 +20,14 @@ class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = registry or CollectorRegistry()
         self.registry = r
+        # What runs, as kube-state-metrics' *_info series: join on it in a query.
+        self.build_info = Gauge(P + "build_info", "1, labelled with the operator's versions",
+                                ["version", "python", "kopf"], registry=r)
+        self.build_info.labels(*_versions()).set(1)
+        # Only the acting replica serves /metrics (a standby's readiness is down):
+        # which replica leads, and since when it changed, is read off this series.
+        self.leader = Gauge(P + "leader", "1 on the replica that acts (holds the Lease, or runs alone)",
+                            ["identity"], registry=r)
         g = ["namespace", "guard"]
         pod = [*g, "pod", "group"]
         self.pods_guarded = Gauge(P + "pods_guarded", "pods a guard watches", g, registry=r)
@@ -53,6 +63,9 @@ class OperatorMetrics:
         # Per guard, its pods' series: (pod, group) -> the verdict series set.
         self._pods: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
         self._degraded: dict[tuple[str, str], str] = {}
+
+    def leading(self, identity: str) -> None:
+        self.leader.labels(identity).set(1)
 
     def degraded(self, namespace: str, guard: str, reason: str | None) -> None:
         """One series per guard: 1 with the Degraded reason, or 0 (reason "")."""
@@ -103,3 +116,13 @@ class OperatorMetrics:
             self.pod(namespace, guard, v.name, v.group, ws=ev.working_set_bytes, limit=ev.limit_bytes,
                      eta=ev.projected_oom_s, store=ev.store_fraction, verdict=pod_status(v)["verdict"])
         self.forget_pods(namespace, guard, {(v.name, v.group) for v in views})
+
+
+def _versions() -> tuple[str, str, str]:
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
+
+    return version("memoryguard-kuberay-operator"), platform.python_version(), version("kopf")

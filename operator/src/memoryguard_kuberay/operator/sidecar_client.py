@@ -52,6 +52,25 @@ MAX_PAGES = 16
 # A longer history comes over the next polls, each asking from its last sample.
 MAX_POLL_SAMPLES = 2000
 MAX_POLL_BYTES = 1024 * 1024
+# And what a pod may bring between two polls (issue 24: 100 pods answering a
+# full page with "more" at every poll took the event loop 5.5 s at a time;
+# each poll was within the caps, but every poll was full). A sidecar samples
+# once every few seconds: a pod fed at the last poll gets BUDGET_FLOOR
+# samples plus BUDGET_PER_S for each second since, in bytes a generous
+# BUDGET_SAMPLE_BYTES each; its first poll, or the first after it brought
+# nothing, the whole budget (a backlog after an outage comes in full).
+BUDGET_FLOOR = 100
+BUDGET_PER_S = 2.0
+BUDGET_SAMPLE_BYTES = 512
+
+
+def poll_budget(fed_s_ago: float | None) -> tuple[int, int]:
+    """(samples, bytes) a pod may bring in this poll, ``fed_s_ago`` seconds
+    (operator clock) after the last poll that brought it samples."""
+    n = MAX_POLL_SAMPLES if fed_s_ago is None else BUDGET_FLOOR + int(BUDGET_PER_S * max(0.0, fed_s_ago))
+    if n >= MAX_POLL_SAMPLES:
+        return MAX_POLL_SAMPLES, MAX_POLL_BYTES
+    return n, min(MAX_POLL_BYTES, 4096 + n * BUDGET_SAMPLE_BYTES)
 MAX_FUTURE_S = 10.0
 
 
@@ -81,16 +100,18 @@ class Poll:
 
 async def poll(ip: str, port: int, since: float | None, *, timeout_s: float,
                now: Callable[[], float], pod_uid: str | None = None, require_uid: bool = False,
-               oldest_s: float | None = None, max_future_s: float = MAX_FUTURE_S, max_pages: int = MAX_PAGES) -> Poll:
+               oldest_s: float | None = None, max_future_s: float = MAX_FUTURE_S, max_pages: int = MAX_PAGES,
+               budget: tuple[int, int] = (MAX_POLL_SAMPLES, MAX_POLL_BYTES)) -> Poll:
     """Poll, following ``more`` for at most ``max_pages`` answers, all within
-    ``timeout_s`` together. Samples older than ``oldest_s`` are not asked for.
+    ``timeout_s`` together and within ``budget`` (samples, bytes; an answer
+    over it is refused unread). Samples older than ``oldest_s`` are not asked for.
     ``now`` (the operator's clock) is read when an answer is in: a sample
     can be no later than that. Never raises: whatever the pod sends, a Poll."""
     t0 = time.monotonic()
     try:
         return await _poll(ip, port, since, t0=t0, timeout_s=timeout_s, now=now, pod_uid=pod_uid,
                            require_uid=require_uid, oldest_s=oldest_s, max_future_s=max_future_s,
-                           max_pages=max_pages)
+                           max_pages=max_pages, budget=budget)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a shape of answer no check above foresaw: this pod's verdict, never the cycle's
@@ -101,7 +122,8 @@ async def poll(ip: str, port: int, since: float | None, *, timeout_s: float,
 
 async def _poll(ip: str, port: int, since: float | None, *, t0: float, timeout_s: float, now: Callable[[], float],
                 pod_uid: str | None, require_uid: bool, oldest_s: float | None, max_future_s: float,
-                max_pages: int) -> Poll:
+                max_pages: int, budget: tuple[int, int]) -> Poll:
+    max_samples, max_bytes = min(budget[0], MAX_POLL_SAMPLES), min(budget[1], MAX_POLL_BYTES)
     if oldest_s is not None and (since is None or since < oldest_s):
         since = oldest_s
     samples: list[Sample] = []
@@ -110,13 +132,13 @@ async def _poll(ip: str, port: int, since: float | None, *, t0: float, timeout_s
     read = 0
     for _ in range(max_pages):
         left = timeout_s - (time.monotonic() - t0)
-        if left <= 0 or read >= MAX_POLL_BYTES or len(samples) >= MAX_POLL_SAMPLES:
+        if left <= 0 or read >= max_bytes or len(samples) >= max_samples:
             break  # the rest, if any, comes with the next poll (it asks from the last sample on)
         last, n = await _one(ip, port, since, timeout_s=left, now=now, pod_uid=pod_uid, require_uid=require_uid,
                              max_future_s=max_future_s, oldest_s=oldest_s,
-                             max_body=min(MAX_BODY, MAX_POLL_BYTES - read))
+                             max_body=min(MAX_BODY, max_bytes - read))
         read += n
-        samples.extend(last.samples[:MAX_POLL_SAMPLES - len(samples)])
+        samples.extend(last.samples[:max_samples - len(samples)])
         rejected += last.rejected
         if not last.more or not last.samples:
             break

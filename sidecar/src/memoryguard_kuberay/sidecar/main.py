@@ -59,7 +59,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="the raylet's Prometheus endpoint ('' to skip the object store)")
     p.add_argument("--ray-metrics-interval", type=float, default=_env("ray_metrics_interval", str(10)),
                    help="minimum seconds between object store scrapes (Ray refreshes about every 10 s)")
-    p.add_argument("--shm-path", default=_env("shm_path", "/dev/shm"))
+    p.add_argument("--shm-path", default=_env("shm_path", "/dev/shm"),
+                   help="where Plasma's shared memory is mounted (default /dev/shm)")
     p.add_argument("--process-scope", choices=("pod", "session"), default=_env("process_scope", "pod"),
                    help="which processes /v1/processes lists: every one it sees (pod: in a pod, the pod's), or "
                         "only its own session's (session: a simulated pod on a shared machine)")
@@ -76,7 +77,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="this pod's uid (downward API), sent with the samples so the operator can tell an "
                         "answer from a pod that took over the IP")
     p.add_argument("--pod-name", default=_env("pod_name", ""), help="this pod's name (downward API), likewise")
-    p.add_argument("--log-level", default=_env("log_level", "INFO"))
+    p.add_argument("--log-level", default=_env("log_level", "INFO"),
+                   help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     a = p.parse_args(list(argv))
     host, sep, port = a.listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:

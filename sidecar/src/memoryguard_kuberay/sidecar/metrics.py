@@ -27,7 +27,6 @@ GAUGES: tuple[tuple[str, str, Callable[[Sample], float | int | None]], ...] = (
     ("plasma_spilled_bytes", "Ray objects spilled to disk", lambda s: s.plasma_spilled_bytes),
     ("psi_some_avg10_percent", "memory.pressure some avg10", lambda s: s.psi_some_avg10_pct),
     ("psi_full_avg10_percent", "memory.pressure full avg10", lambda s: s.psi_full_avg10_pct),
-    ("oom_kills", "memory.events oom_kill since the container started", lambda s: s.oom_kill_count),
 )
 
 
@@ -44,6 +43,13 @@ class SidecarCollector(Collector):
                     g = GaugeMetricFamily(P + name, doc)
                     g.add_metric([], float(value))
                     yield g
+            kills = last.oom_kill_count
+            if kills is not None:
+                # A count that only grows while the container lives: a counter
+                # (oom_kills_total), so rate() and increase() read it.
+                c = CounterMetricFamily(P + "oom_kills", "memory.events oom_kill since the container started")
+                c.add_metric([], float(kills))
+                yield c
         shm = self.state.shm_charged_bytes()
         if shm is not None:
             g = GaugeMetricFamily(P + "shm_charged_bytes",

@@ -86,7 +86,7 @@ def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay record",
                                 description=__doc__.splitlines()[0] if __doc__ else "")
     p.add_argument("--url", required=True, help="the sidecar, e.g. http://10.0.0.12:9108")
-    p.add_argument("out", metavar="OUT.csv")
+    p.add_argument("out", metavar="OUT.csv", help="the trace to write (its folder must be writable)")
     p.add_argument("--follow", type=float, default=0.0, metavar="SECONDS",
                    help="keep polling for this long, then write what came (default 0: one fetch)")
     p.add_argument("--poll", type=float, default=None, metavar="SECONDS",

@@ -106,6 +106,7 @@ class Series:
         self.buckets: deque[Bucket] = deque(maxlen=max(2, int(window_s // bucket_s)))
         self.open: Bucket | None = None
         self.fit: TrendFit | None = None
+        self.first_bucket_s: float | None = None  # the series' first bucket ever: the pod's start
 
     def add(self, t: float, value: float | None) -> Bucket | None:
         """Fold a value in; returns the bucket that closed, if any."""
@@ -123,6 +124,8 @@ class Series:
             return closed
         if self.open is None:
             self.open = Bucket(start_s=t - (t % self.bucket_s))
+            if self.first_bucket_s is None:
+                self.first_bucket_s = self.open.start_s
         self.open.add(value)
         return closed
 
@@ -138,11 +141,17 @@ class Series:
             return None
         k = len(bs) // 2
         recent = theil_sen(ts[k:], ys[k:]) if len(bs) - k >= 3 else None
-        early = theil_sen(ts[:k], ys[:k]) if k >= 3 else None
+        # The first bucket of a series holds the pod's start (Ray's processes
+        # starting, imports, the first tasks): a step, not a pace. While the
+        # window still holds it, the shape of the growth (is it slowing down,
+        # does it top out) is read without it: a leak that begins with the
+        # pod looked like growth slowing after its start.
+        s0 = 1 if bs[0].start_s == self.first_bucket_s else 0
+        early = theil_sen(ts[s0:k], ys[s0:k]) if k - s0 >= 3 else None
         offsets = [b.peak - line.at(t) for b, t in zip(bs, ts)]
         return TrendFit(line=line, recent=recent, early=early, span_s=ts[-1] - ts[0] + self.bucket_s,
                         peak_offset=max(0.0, median(offsets)), peak_max_offset=max(0.0, *offsets),
-                        top=concave_top(ts, ys))
+                        top=concave_top(ts[s0:], ys[s0:]))
 
 
 class PodWindow:

@@ -1,0 +1,76 @@
+"""``top``'s view (issue 26, 5) from guard documents as the API returns
+them, hostile ones included: nearest harm first, what a person needs per
+pod, each guard's last actions newest first."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+
+from memoryguard_kuberay.operator import topview
+
+GIB = 1024**3
+
+
+def _guard(ns: str, name: str, pods: dict[str, Any], rotations: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"metadata": {"namespace": ns, "name": name}, "status": {"pods": pods, "rotations": rotations or {}}}
+
+
+def _pod(ws: float | None, eta: float | None, verdict: str, slope: float | None = 0.0) -> dict[str, Any]:
+    return {"group": "workers", "workingSetBytes": ws, "limitBytes": 32 * GIB, "slopeBytesPerHour": slope,
+            "projectedOOMSeconds": eta, "verdict": verdict, "lastDecision": "..."}
+
+
+GUARDS = [
+    _guard("ray-a", "g1", {"a-far": _pod(10 * GIB, 30000, "Healthy", GIB), "a-near": _pod(28 * GIB, 900,
+                                                                                         "ProjectedOOM", 4 * GIB),
+                           "a-full": _pod(30 * GIB, None, "CriticalUsage"), "a-idle": _pod(2 * GIB, None, "Healthy")},
+           {"recent": [{"pod": "a-old", "reason": "ProjectedOOM", "finishedAt": 1_000.0, "outcome": "rotated"},
+                       {"pod": "a-failed", "reason": "OOMKilled", "finishedAt": 3_000.0, "outcome": "failed"}],
+            "inFlight": [{"pod": "a-near", "reason": "ProjectedOOM", "phase": "draining", "requestedAt": 4_000.0}]}),
+    _guard("ray-b", "g2", {"b-mid": _pod(20 * GIB, 5000, "Healthy", 2 * GIB), "b-blind": _pod(None, None,
+                                                                                               "SidecarUnreachable",
+                                                                                               None)},
+           {"recent": [{"pod": "b-done", "reason": "RapidGrowth", "finishedAt": 2_000.0, "outcome": "rotated"}]}),
+    # What a hostile or broken status holds: never a crash, never a line.
+    {"metadata": {"namespace": "ray-c", "name": "odd"}, "status": {"pods": ["not", "a", "map"], "rotations": 7}},
+    {"metadata": {"namespace": "ray-c", "name": "odder"},
+     "status": {"pods": {"x": "not a map", "y": {"workingSetBytes": "lots", "projectedOOMSeconds": float("nan"),
+                                                 "limitBytes": True}}}},
+    {"metadata": {"namespace": "ray-c", "name": "new"}},
+]
+
+
+def test_pods_nearest_harm_first_then_the_fullest() -> None:
+    order = [p.pod for p in topview.pod_lines(GUARDS)]
+    assert order[:3] == ["a-near", "b-mid", "a-far"]  # by projected OOM
+    assert order[3:5] == ["a-full", "a-idle"]  # no projection: the fullest first
+    assert set(order[5:]) == {"b-blind", "y"}  # nothing known
+    y = next(p for p in topview.pod_lines(GUARDS) if p.pod == "y")
+    assert (y.working_set, y.limit, y.eta_s) == (None, None, None)  # garbage is unknown, not a number
+
+
+def test_last_actions_newest_first_across_guards() -> None:
+    acts = [what for _, what in topview.actions(GUARDS)]
+    assert acts == ["ray-a/g1: rotating a-near (ProjectedOOM; draining)", "ray-a/g1: failed a-failed (OOMKilled)",
+                    "ray-b/g2: rotated b-done (RapidGrowth)", "ray-a/g1: rotated a-old (ProjectedOOM)"]
+
+
+def test_the_screen_says_what_a_person_needs_per_pod() -> None:
+    out = io.StringIO()
+    Console(file=out, width=160).print(topview.screen(GUARDS, title="T", limit=4))
+    text = out.getvalue()
+    lines = text.splitlines()
+    near = next(ln for ln in lines if "a-near" in ln and "ray-a/g1" in ln)
+    assert "28.0 GiB / 32.0 GiB" in near and "+4.0 GiB/h" in near and "15 m" in near and "ProjectedOOM" in near
+    assert "... and 3 more pod(s)" in text  # the limit, said (7 pods known, 4 shown)
+    assert text.index("a-near") < text.index("b-mid") < text.index("a-far")
+    assert "last actions:" in text and "1970-01-01 01:06:40  ray-a/g1: rotating a-near" in text
+
+
+def test_nothing_to_show_is_said() -> None:
+    out = io.StringIO()
+    Console(file=out, width=120).print(topview.screen([], title="T"))
+    assert "no guarded pods" in out.getvalue() and "last actions: none yet" in out.getvalue()
