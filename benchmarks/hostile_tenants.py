@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.world import free_port, load_crds
@@ -256,7 +257,7 @@ async def run(per_kind: int, seconds: float) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    ap = argparse.ArgumentParser(description=helptext.summary(__doc__))
     ap.add_argument("--per-kind", type=int, default=100, help="hostile pods of each kind (default 100)")
     ap.add_argument("--seconds", type=float, default=LEAK_OOM_S,
                     help="give up on the other tenant's rotation after this long (default: its OOM)")

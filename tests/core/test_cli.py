@@ -99,3 +99,8 @@ def test_every_argument_of_every_command_says_what_it_is(command: list[str]) -> 
             if not (inline or below):
                 bare.append(ln.strip())
     assert section and not bare, f"{' '.join(command) or 'memoryguard-kuberay'}: no help for {bare}"
+    # The description, where there is one, is whole sentences (its first
+    # docstring line alone was cut mid-sentence).
+    blocks = r.stdout.split("\n\n")
+    description = " ".join(blocks[1].split()) if not re.match(r"^(options|positional arguments):", blocks[1]) else ""
+    assert not description or description.endswith((".", ")")), description

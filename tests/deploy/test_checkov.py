@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_chart import ROOT, VALUES, helm, render  # noqa: F401  (fixture)
+from .test_chart import ROOT, VALUES, render
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def _failed(reports: list[dict]) -> list[str]:  # type: ignore[type-arg]
 
 
 @pytest.mark.parametrize("values", [None, *VALUES], ids=["defaults", *[v.stem for v in VALUES]])
-def test_chart_passes_checkov(checkov: str, helm: str, values: Path | None, tmp_path: Path) -> None:  # noqa: F811
+def test_chart_passes_checkov(checkov: str, helm: str, values: Path | None, tmp_path: Path) -> None:
     import yaml
 
     docs = render(helm, *(["-f", str(values)] if values else []))

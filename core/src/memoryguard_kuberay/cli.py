@@ -11,9 +11,11 @@ import json
 import sys
 from collections.abc import Sequence
 
+from memoryguard_kuberay.core import helptext
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="memoryguard-kuberay", description=__doc__.splitlines()[0] if __doc__ else None)
+    p = argparse.ArgumentParser(prog="memoryguard-kuberay", description=helptext.summary(__doc__))
     p.add_argument("--version", action="version", version=f"memoryguard-kuberay {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            help="one of the commands below; COMMAND --help says more")

@@ -25,7 +25,7 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from memoryguard_kuberay.core import commands
+from memoryguard_kuberay.core import commands, helptext
 from memoryguard_kuberay.core.plot import LIMIT_LABEL, mark, save_grid
 from memoryguard_kuberay.core.traces import read_labels, read_trace
 from memoryguard_kuberay.operator import forensics, forensics_cli, topview
@@ -40,7 +40,7 @@ GIB = 1024**3
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="memoryguard-kuberay demo", description=__doc__.splitlines()[0] if __doc__ else "")
+    p = argparse.ArgumentParser(prog="memoryguard-kuberay demo", description=helptext.summary(__doc__))
     p.add_argument("--speed", type=float, default=900.0, help="how much faster than real time (default 900)")
     p.add_argument("--workers", type=int, default=5, help="worker pods in the RayCluster (default 5)")
     p.add_argument("--json", action="store_true", help="no live view; print the summary as one JSON document")

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
+from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.core.units import fmt_bytes
 from memoryguard_kuberay.operator import forensics as fx
 from memoryguard_kuberay.operator import forensics_diff
@@ -85,7 +86,7 @@ async def find(kube: Kube, namespace: str, *, pod: str | None, guard: str | None
 
 def main(argv: Sequence[str], out: IO[str] = sys.stdout) -> int:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay forensics",
-                                description=__doc__.splitlines()[0] if __doc__ else "")
+                                description=helptext.summary(__doc__))
     p.add_argument("pod", nargs="?", help="the rotated pod (its latest evidence)")
     p.add_argument("-n", "--namespace", default="default", help="where the pod and its guard are (default default)")
     p.add_argument("--guard", help="every artifact this guard kept, newest first")

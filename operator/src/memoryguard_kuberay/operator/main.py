@@ -20,10 +20,12 @@ import urllib.parse
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from memoryguard_kuberay.core import helptext
+
 
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay operator",
-                                description=__doc__.splitlines()[0] if __doc__ else "")
+                                description=helptext.summary(__doc__))
     p.add_argument("--namespace", "-n", action="append", default=[],
                    help="watch this namespace (repeatable); default: all namespaces")
     p.add_argument("--standalone", action="store_true", help="no peering (a single operator, tests, the demo)")

@@ -17,6 +17,7 @@ from typing import IO, Any
 from rich.console import Console
 from rich.live import Live
 
+from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.operator import topview
 from memoryguard_kuberay.operator.kube import ApiError, Kube, NoCredentials, load_credentials
 
@@ -36,7 +37,7 @@ def _title(namespaces: Sequence[str], server: str) -> str:
 
 
 def main(argv: Sequence[str], out: IO[str] = sys.stdout) -> int:
-    p = argparse.ArgumentParser(prog="memoryguard-kuberay top", description=__doc__.splitlines()[0] if __doc__ else "")
+    p = argparse.ArgumentParser(prog="memoryguard-kuberay top", description=helptext.summary(__doc__))
     p.add_argument("-n", "--namespace", action="append", default=[],
                    help="a namespace to show (repeatable; default: every namespace you may list MemoryGuards in)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between refreshes (default 5)")

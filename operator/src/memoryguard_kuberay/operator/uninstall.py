@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.operator.kube import ApiError, Kube, NoCredentials, load_credentials
 
 log = logging.getLogger("memoryguard.uninstall")
@@ -51,7 +52,7 @@ async def delete_guards(kube: Kube, namespaces: Sequence[str], *, timeout_s: flo
 
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay uninstall",
-                                description=__doc__.splitlines()[0] if __doc__ else "")
+                                description=helptext.summary(__doc__))
     p.add_argument("--namespace", "-n", action="append", default=[],
                    help="only the guards of this namespace (repeatable); default: every namespace")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the guards to go (default 300)")

@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import TraceError, read_trace
 from memoryguard_kuberay.sidecar import metrics as sidecar_metrics
@@ -43,7 +44,7 @@ def _env(name: str, default: Any) -> Any:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay sidecar",
-                                description=__doc__.splitlines()[0] if __doc__ else "")
+                                description=helptext.summary(__doc__))
     p.add_argument("--listen", default=_env("listen", "0.0.0.0:9108"), help="HOST:PORT to serve on")
     p.add_argument("--interval", type=float, default=_env("interval", str(5)), help="seconds between samples")
     # Four hours: the policy's trend needs more than two (trendMinSpanSeconds).

@@ -16,6 +16,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 
+from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import write_trace
 
@@ -84,7 +85,7 @@ def _out_problem(path: str) -> str | None:
 
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay record",
-                                description=__doc__.splitlines()[0] if __doc__ else "")
+                                description=helptext.summary(__doc__))
     p.add_argument("--url", required=True, help="the sidecar, e.g. http://10.0.0.12:9108")
     p.add_argument("out", metavar="OUT.csv", help="the trace to write (its folder must be writable)")
     p.add_argument("--follow", type=float, default=0.0, metavar="SECONDS",
