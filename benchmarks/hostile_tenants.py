@@ -44,7 +44,7 @@ import yaml
 from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
-from memoryguard_kuberay.devkit.emulator.world import free_port, load_crds
+from memoryguard_kuberay.devkit.emulator.world import free_port, load_crds, write_kubeconfig
 from memoryguard_kuberay.operator import sidecar_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -212,11 +212,7 @@ async def run(per_kind: int, seconds: float) -> dict[str, Any]:
         "sampling": {"intervalSeconds": 5, "sidecarPort": PORT, "timeoutSeconds": 5}}})
     async with api, EmulatorServer(api, host="127.0.0.1") as server:
         tmp = Path(tempfile.mkdtemp(prefix="mg-bench-tenants-"))
-        (tmp / "kubeconfig").write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "e",
-            "clusters": [{"name": "e", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
-            "users": [{"name": "e", "user": {"token": "x"}}],
-            "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}]}))
+        write_kubeconfig((tmp / "kubeconfig"), f"http://127.0.0.1:{server.port}")
         health = f"http://127.0.0.1:{free_port('127.0.0.1')}/healthz"
         env = {**os.environ, "KUBECONFIG": str(tmp / "kubeconfig"), "MEMORYGUARD_METRICS_HOST": "127.0.0.1",
                "MEMORYGUARD_METRICS_PORT": str(free_port("127.0.0.1")), "MEMORYGUARD_DRAIN": "false",

@@ -36,11 +36,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
-from memoryguard_kuberay.devkit.emulator.world import load_crds
+from memoryguard_kuberay.devkit.emulator.world import load_crds, write_kubeconfig
 
 PORT = 19208
 GIB = 1024**3
@@ -316,11 +314,7 @@ async def run(n: int, seconds: float, warmup: float) -> dict[str, Any]:
             "sampling": {"intervalSeconds": INTERVAL_S, "sidecarPort": PORT, "timeoutSeconds": 5}}})
     async with api, EmulatorServer(api, host="127.0.0.1") as server:
         tmp = Path(tempfile.mkdtemp())
-        (tmp / "kubeconfig").write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "e",
-            "clusters": [{"name": "e", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
-            "users": [{"name": "e", "user": {"token": "x"}}],
-            "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}]}))
+        write_kubeconfig((tmp / "kubeconfig"), f"http://127.0.0.1:{server.port}")
         metrics_port = PORT + 1
         log_path = tmp / "operator.log"
         env = {**os.environ, "KUBECONFIG": str(tmp / "kubeconfig"), "MEMORYGUARD_METRICS_HOST": "127.0.0.1",

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import kmock
-import yaml
 from operator_scale import proc_cpu_rss  # benchmarks/, beside this script
 
 from memoryguard_kuberay.core import commands
@@ -46,7 +45,7 @@ from memoryguard_kuberay.devkit.emulator.kuberay import KubeRayStandIn
 from memoryguard_kuberay.devkit.emulator.referee import Referee
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.sidecar_faults import Mode, spoil
-from memoryguard_kuberay.devkit.emulator.world import load_crds
+from memoryguard_kuberay.devkit.emulator.world import load_crds, write_kubeconfig
 from memoryguard_kuberay.sidecar.replay import ReplayFeed
 
 PORT = 19308
@@ -217,11 +216,7 @@ async def soak(minutes: float, workers: int, speed: float, seed: int) -> dict[st
             await asyncio.sleep(0.2)
         referee.leaking = {n for n, (t, _) in truth.items() if labels[t]["kind"] != "healthy"}
         tmp = Path(tempfile.mkdtemp(prefix="memoryguard-soak-"))
-        (tmp / "kubeconfig").write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "e",
-            "clusters": [{"name": "e", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
-            "users": [{"name": "e", "user": {"token": "x"}}],
-            "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}]}))
+        write_kubeconfig((tmp / "kubeconfig"), f"http://127.0.0.1:{server.port}")
         env = {**os.environ, "KUBECONFIG": str(tmp / "kubeconfig"), "MEMORYGUARD_METRICS_PORT": "0",
                "MEMORYGUARD_DRAIN": "false", "MEMORYGUARD_TIME_SCALE": str(speed), "MEMORYGUARD_EPOCH": str(epoch),
                "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "120"}

@@ -15,12 +15,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
+from memoryguard_kuberay.devkit.emulator.world import write_kubeconfig
 from memoryguard_kuberay.operator import forensics
 from memoryguard_kuberay.operator.kube import Credentials, Kube
 
@@ -104,11 +104,7 @@ async def test_the_artifact_names_the_leaking_line_and_the_top_process(tmp_path:
         finally:
             await kube.close()
         kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "e",
-            "clusters": [{"name": "e", "cluster": {"server": f"http://127.0.0.1:{server.port}"}}],
-            "users": [{"name": "e", "user": {"token": "x"}}],
-            "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}]}))
+        write_kubeconfig(kubeconfig, f"http://127.0.0.1:{server.port}")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "memoryguard_kuberay", "forensics", "-n", "default", "ray-worker-0",
             env={**os.environ, "KUBECONFIG": str(kubeconfig)}, stdout=asyncio.subprocess.PIPE,

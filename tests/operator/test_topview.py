@@ -74,3 +74,13 @@ def test_nothing_to_show_is_said() -> None:
     out = io.StringIO()
     Console(file=out, width=120).print(topview.screen([], title="T"))
     assert "no guarded pods" in out.getvalue() and "last actions: none yet" in out.getvalue()
+
+
+def test_verdicts_are_coloured_from_the_reasons_the_status_writes() -> None:
+    # The colours were once a hand-typed list that named "OOMKilled" (the
+    # status writes "OOMKillSeen") and a "FloorRising" no status ever holds.
+    from memoryguard_kuberay.core.policy import Reason
+
+    assert topview._verdict(Reason.OOM_KILLED.value).style == "bold red"
+    assert topview._verdict("BadAnswer").style == "yellow" and topview._verdict("Healthy").style == "green"
+    assert "FloorRising" not in topview.DANGER

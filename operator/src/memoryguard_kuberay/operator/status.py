@@ -26,6 +26,7 @@ MAX_RECENT = ledger.MAX_RECENT
 MAX_PODS_LISTED = 50
 MAX_STATUS_BYTES = 64 * 1024
 MESSAGE_MAX = 400
+NO_MEMORY_SOURCE = "NoMemorySource"  # the verdict of a pod whose sidecar answers but reads no memory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +82,7 @@ def _verdict(v: PodView) -> str:
     if v.sidecar_error and v.decision.reason in (Reason.NO_SAMPLES, Reason.SAMPLES_STALE):
         # Unreachable, a bad answer, another pod's, or only samples too old to use.
         return (v.failure or PollFailure.UNREACHABLE).value
-    return "NoMemorySource" if v.blind else v.decision.reason.value
+    return NO_MEMORY_SOURCE if v.blind else v.decision.reason.value
 
 
 def _notable(v: PodView) -> bool:

@@ -16,12 +16,17 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from memoryguard_kuberay.core.policy import Action, Reason
+from memoryguard_kuberay.core.policy.decide import RULES
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration
+from memoryguard_kuberay.operator import status
+from memoryguard_kuberay.operator.sidecar_client import PollFailure
 
-# Verdicts as the status names them, coloured by what they call for.
-DANGER = frozenset({"ProjectedOOM", "CriticalUsage", "MemoryPressure", "OOMKilled", "ObjectStoreFilling",
-                    "ObjectStoreFull", "RapidGrowth", "FloorRising", "RotationInProgress", "RotationDeferred"})
-BLIND = frozenset({"SidecarUnreachable", "BadAnswer", "WrongPod", "SamplesStale", "NoMemorySource"})
+# Verdicts as the status names them (status._verdict), coloured by what they
+# call for: read from the enums the status writes them from, never retyped.
+DANGER = frozenset({r.value for r in status.AT_RISK} | {r.reason.value for r in RULES if r.action is Action.ROTATE}
+                   | {Reason.USER_REQUESTED.value})
+BLIND = frozenset({f.value for f in PollFailure} | {status.NO_MEMORY_SOURCE})
 ACTIONS_SHOWN = 8
 
 

@@ -183,6 +183,18 @@ class World:
                              f"{self.operator_log()[-6000:]}")
 
 
+def write_kubeconfig(path: Path, server_url: str) -> Path:
+    """A kubeconfig for the emulated API at ``server_url`` (any token passes),
+    for an operator run as a process: the worlds', the benchmarks'."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+        "clusters": [{"name": "emulator", "cluster": {"server": server_url}}],
+        "users": [{"name": "emulator", "user": {"token": "emulated"}}],
+        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "emulator",
+                                                      "namespace": "default"}}]}))
+    return path
+
+
 @contextlib.asynccontextmanager
 async def world(workdir: Path, trace_for: Callable[[dict[str, Any]], Any], *, speed: float = 600.0,
                 replace_delay_s: float | None = 0.3, proxied: bool = False,
@@ -192,13 +204,7 @@ async def world(workdir: Path, trace_for: Callable[[dict[str, Any]], Any], *, sp
     api.put("namespaces", {"metadata": {"name": "default"}})
     async with api, EmulatorServer(api, host="127.0.0.1") as server:
         url = f"http://127.0.0.1:{server.port}"
-        kubeconfig = workdir / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
-            "clusters": [{"name": "emulator", "cluster": {"server": url}}],
-            "users": [{"name": "emulator", "user": {"token": "emulated"}}],
-            "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "emulator",
-                                                          "namespace": "default"}}]}))
+        kubeconfig = write_kubeconfig(workdir / "kubeconfig", url)
         w = World(api=api, server_url=url, kubeconfig=kubeconfig, kuberay=None, speed=speed,  # type: ignore[arg-type]
                   epoch=time.time(), workdir=workdir, trace_for=trace_for, proxied=proxied)
         w.kuberay = KubeRayStandIn(api, w.start_pod, replace_delay_s=replace_delay_s)
