@@ -27,6 +27,7 @@ class Remedied:
 
     mode: str | None
     says: tuple[Say, ...] = ()
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # what it set (mode "auto")
 
 
 async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[str, Any], pod: pi.PodInfo,
@@ -56,4 +57,20 @@ async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[
     except ApiError as e:
         return Remedied(None, (say(EventReason.REMEDIATION_FAILED, f"{where}: {e}", rc),))
     return Remedied(str(mode.value), (say(EventReason.REMEDIATION_APPLIED, f"{where}: set {what} in the pod "
-                                          f"template ({why}); pods get it as they are replaced", rc),))
+                                          f"template ({why}); pods get it as they are replaced", rc),), env)
+
+
+async def revert(kube: Kube, *, namespace: str, rc: Mapping[str, Any], cluster: str, group: str, kind: str,
+                 env: Mapping[str, str], why: str) -> tuple[str, Say]:
+    """Undo a remediation judged ineffective (patches.revert_patch): what
+    was done, in words, and its Event."""
+    where = f"{kind} on group {group} of {cluster}"
+    ops = patches.revert_patch(rc, group, env)
+    if isinstance(ops, str):
+        return f"not reverted: {ops}", say(EventReason.REMEDIATION_REVERT_FAILED, f"{where}: {ops}", rc)
+    try:
+        await kube.json_patch_raycluster(namespace, cluster, ops)
+    except ApiError as e:
+        return f"not reverted: {e}"[:400], say(EventReason.REMEDIATION_REVERT_FAILED, f"{where}: {e}", rc)
+    return "reverted", say(EventReason.REMEDIATION_REVERTED, f"{where} undone ({why}): the pod template has what "
+                                                             f"it had before; pods get it as they are replaced", rc)
