@@ -52,7 +52,7 @@ traces: $(STAMP)
 	$(BIN)/memoryguard-kuberay gen-traces examples/traces
 
 clean:
-	rm -rf $(VENV) build dist */build *.egg-info */src/*.egg-info simulate.png demo.png .bench-drawn
+	rm -rf $(VENV) build dist */build *.egg-info */src/*.egg-info simulate.png demo.png demo-heatmap.png .bench-drawn
 
 bench-sidecar: $(STAMP)
 	$(BIN)/python benchmarks/sidecar_bench.py

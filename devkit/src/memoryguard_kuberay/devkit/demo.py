@@ -25,7 +25,7 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from memoryguard_kuberay.core import commands, helptext
+from memoryguard_kuberay.core import commands, heatmap, helptext
 from memoryguard_kuberay.core.plot import LIMIT_LABEL, mark, save_grid
 from memoryguard_kuberay.core.traces import read_labels, read_trace
 from memoryguard_kuberay.operator import forensics, forensics_cli, topview
@@ -64,6 +64,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                                                           "(default 3)")
     p.add_argument("--json", action="store_true", help="no live view; print the summary as one JSON document")
     p.add_argument("--plot", default="demo.png", metavar="OUT.png", help="timeline of every worker ('' for none)")
+    p.add_argument("--heatmap", default="demo-heatmap.png", metavar="OUT.png",
+                   help="the worker groups over time by projected time to OOM, as `top --heatmap` draws it "
+                        "('' for none)")
     a = p.parse_args(argv)
     if not 1 <= a.workers <= 12 or not 60 <= a.speed <= 5000:
         p.error("--workers must be 1-12 and --speed 60-5000")
@@ -81,6 +84,7 @@ class Demo:
         self.assigned: dict[str, str] = {}  # pod name -> trace name
         self.groups: dict[str, str] = {}  # worker pod name -> its group
         self.judged_at: float | None = None
+        self.risk: dict[str, list[tuple[float, float | None]]] = {}  # heat-map rows, as top records them
         self.log: list[str] = []
         self.seen_events: set[str] = set()
         self.evidence = ""  # the latest forensics artifact, printed readably
@@ -164,6 +168,7 @@ class Demo:
                     while not self.story_over(w, w.clock() - w.epoch, least):
                         self.refuse_pods_that_cannot_serve(w)
                         self.collect_events(w)
+                        self.record_risk(w)
                         if live is not None:
                             live.update(self.screen(w, least), refresh=True)
                         await asyncio.sleep(0.5)
@@ -172,7 +177,17 @@ class Demo:
                 self.evidence = self.latest_evidence(w)
                 if a.plot:
                     self.plot(w, a.plot)
+                if a.heatmap and self.risk:
+                    heatmap.draw(self.risk, a.heatmap, title="the demo's worker groups by projected time to OOM "
+                                                             "(rows: groups; a column every few minutes)",
+                                 time_label="hours (simulated)")
             return summary
+
+    def record_risk(self, w: World) -> None:
+        g = w.api.get("memoryguards", "default", "demo-guard")
+        t = w.clock() - w.epoch
+        for row, eta in topview.group_risk([g] if g else []).items():
+            self.risk.setdefault(row.split(" ", 1)[-1], []).append((t, eta))
 
     @staticmethod
     def refuse_pods_that_cannot_serve(w: World) -> None:
@@ -244,6 +259,8 @@ class Demo:
         # the operator's clock time of their Event.
         remedied = [((w.clock(_wall(e["firstTimestamp"])) - w.epoch) / 3600, e["message"].split(":", 1)[0][:40])
                     for e in w.events("RemediationApplied")]
+        reverted = [((w.clock(_wall(e["firstTimestamp"])) - w.epoch) / 3600, e["message"].split(" (", 1)[0][:40])
+                    for e in w.events("RemediationReverted")]
         for ax, name in zip(axes[:, 0], names):
             sc = w.sidecars.get(name)
             if sc is None:
@@ -259,8 +276,13 @@ class Demo:
                     label="object store")
             if name in evicted:
                 mark(ax, (w.clock(evicted[name]) - w.epoch) / 3600, "rotate", "rotated")
+            group = self.groups.get(name, "")
             for t, what in remedied:
-                mark(ax, t, "remediate", what)
+                if f"group {group} " in what + " ":
+                    mark(ax, t, "remediate", what)
+            for t, what in reverted:
+                if f"group {group} " in what + " ":
+                    mark(ax, t, "revert", what)
             ax.set_title(f"{name}: {self.assigned[name]}", fontsize=8, loc="left")
             ax.set_ylabel("GiB", fontsize=7)
             ax.tick_params(labelsize=7)
@@ -321,6 +343,8 @@ def main(argv: list[str]) -> int:
           f"remediation(s) applied, {summary['duration_s']:.0f} s")
     if args.plot:
         print(f"timeline: {args.plot}")
+    if args.heatmap:
+        print(f"heat map: {args.heatmap}")
     for key, r in summary["reviews"].items():
         print(f"review of {key}: {r['verdict']}: {r['message']}{'; ' + r['reverted'] if r['reverted'] else ''}")
     if demo.evidence:

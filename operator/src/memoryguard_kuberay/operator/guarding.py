@@ -288,9 +288,11 @@ class GuardReconciler:
             decided += Decided((say(EventReason.REMEDIATION_INEFFECTIVE if review.verdict.ineffective
                                     else EventReason.REMEDIATION_EFFECTIVE, about, rc),))
             if review.verdict.ineffective and spec.review.revert_ineffective and cluster in found.by_name:
-                o.reverted, said = await remediation.revert(self.ctx.kube, namespace=self.namespace, rc=rc,
-                                                            cluster=cluster, group=group, kind=kind, env=o.env,
-                                                            why=review.message)
+                o.reverted, said, patched = await remediation.revert(
+                    self.ctx.kube, namespace=self.namespace, rc=rc, cluster=cluster, group=group, kind=kind,
+                    env=o.env, why=review.message)
+                if patched is not None:  # the rest of the cycle patches from what the server now has
+                    found.by_name[cluster] = patched
                 decided += Decided((said,))
             decided += Decided((), {"remediations": reviews.to_status()})
         return decided
@@ -363,6 +365,8 @@ class GuardReconciler:
                                            decision=d, kind=kind)
         if done.mode is not None:  # None: refused by the API, tried again next time
             self.mem.remembered.remediated.add(key)
+        if done.rc is not None:  # the rest of the cycle patches from what the server now has
+            found.by_name[p.cluster] = done.rc
         if done.mode:
             self.ctx.metrics.remediations.labels(self.namespace, self.name, kind, done.mode).inc()
         if done.env:  # applied: its review starts, the group's pods as they are the "before"

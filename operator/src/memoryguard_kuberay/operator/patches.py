@@ -111,6 +111,15 @@ def _annotation_ops(rc: Mapping[str, Any], values: Mapping[str, str]) -> list[Op
     return [{"op": "add", "path": f"/metadata/annotations/{_esc(k)}", "value": v} for k, v in values.items()]
 
 
+def _unchanged(rc: Mapping[str, Any]) -> list[Op]:
+    """A ``test`` that the RayCluster is the one read (its resourceVersion):
+    the remediation annotations are rewritten whole from it, so two patches
+    computed from one read (two groups remediated in one cycle) would keep
+    only the second's record. The server refuses a stale one (422)."""
+    rv = (rc.get("metadata") or {}).get("resourceVersion")
+    return [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}] if isinstance(rv, str) and rv else []
+
+
 def _compact(doc: Any) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
@@ -140,7 +149,7 @@ def remediation_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str
     # The first value seen is the user's: a second remediation of the same
     # variable (LD_PRELOAD) must not take MemoryGuard's own as "before".
     previous[group] = {**{k: env.get(k) for k in wanted_env}, **was}
-    guard = [{"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group}]
+    guard = [*_unchanged(rc), {"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group}]
     notes = _annotation_ops(rc, {REMEDIATION_ANNOTATION: _compact(history), PREVIOUS_ANNOTATION: _compact(previous)})
     return [*guard, *ops, *notes]
 
@@ -161,7 +170,7 @@ def revert_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str, str
     if not isinstance(was, dict) or not all(k in was for k in wanted_env):
         return f"the RayCluster's {PREVIOUS_ANNOTATION} annotation does not say what group {group} had before"
     cpath = f"/spec/workerGroupSpecs/{i}/template/spec/containers/{RAY_CONTAINER}/env"
-    ops: list[Op] = [{"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group}]
+    ops: list[Op] = [*_unchanged(rc), {"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group}]
     removals: list[int] = []
     for name, value in wanted_env.items():
         idx = next((n for n, e in enumerate(env) if e.get("name") == name), None)
@@ -173,8 +182,11 @@ def revert_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str, str
             ops.append({"op": "replace", "path": f"{cpath}/{idx}", "value": before})
         else:
             removals.append(idx)
-    # Highest index first: each removal leaves the indices before it as they were.
-    ops += [{"op": "remove", "path": f"{cpath}/{idx}"} for idx in sorted(removals, reverse=True)]
+    if removals and len(removals) == len(env):
+        ops.append({"op": "remove", "path": cpath})  # nothing left: the template had no env
+    else:
+        # Highest index first: each removal leaves the indices before it as they were.
+        ops += [{"op": "remove", "path": f"{cpath}/{idx}"} for idx in sorted(removals, reverse=True)]
     history = _annotation_map(rc, REMEDIATION_ANNOTATION)
     previous = _annotation_map(rc, PREVIOUS_ANNOTATION)
     for doc in (history, previous):
