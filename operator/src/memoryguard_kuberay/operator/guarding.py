@@ -283,6 +283,7 @@ class GuardReconciler:
             decided += Decided((), {"remediations": reviews.to_status()})
             if review.verdict is Verdict.PENDING:
                 continue
+            self.ctx.metrics.reviews.labels(self.namespace, self.name, kind, review.verdict.value).inc()
             rc = found.by_name.get(cluster) or {"metadata": {"name": cluster}}
             about = f"{kind} on group {group} of {cluster}: {review.message}"
             decided += Decided((say(EventReason.REMEDIATION_INEFFECTIVE if review.verdict.ineffective

@@ -55,6 +55,8 @@ class OperatorMetrics:
                                          "refused past evictionTimeoutSeconds", g, registry=r)
         self.remediations = Counter(P + "remediations", "remediations by kind and mode", [*g, "kind", "mode"],
                                     registry=r)
+        self.reviews = Counter(P + "remediation_reviews", "remediations judged, by kind and verdict (Effective, "
+                               "NoEffect, Worse)", [*g, "kind", "verdict"], registry=r)
         self.poll_errors = Counter(P + "sidecar_poll_errors", "failed sidecar polls, by why (SidecarUnreachable, "
                                    "BadAnswer, WrongPod, SamplesStale)", (*g, "reason"), registry=r)
         self.poll_seconds = Histogram(P + "sidecar_poll_seconds", "sidecar poll latency", g, registry=r,
