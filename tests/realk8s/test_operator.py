@@ -181,6 +181,13 @@ def test_top_shows_the_real_clusters_guarded_pods_nearest_harm_first(release: Re
     last = status["rotations"]["lastPod"]
     assert f"rotated {last}" in text.split("last actions:", 1)[1], text
     assert shot.read_text().startswith("<svg") and "leak-guard" in shot.read_text()
+    # Watching for a few refreshes, it draws the guard's worker groups as a heat map when it stops.
+    heat = r.workdir / "top-heatmap.png"
+    out = subprocess.run([str(VENV_BIN / "memoryguard-kuberay"), "top", "-n", NS, "--interval", "1", "--for", "4",
+                          "--heatmap", str(heat)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "KUBECONFIG": str(r.cp.kubeconfig)})
+    assert out.returncode == 0 and f"heat map written to {heat}" in out.stderr, out.stderr
+    assert heat.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_remediation_patches_are_accepted_by_the_raycluster_schema(release: Release) -> None:
