@@ -40,7 +40,7 @@ def test_a_review_waits_and_says_for_what() -> None:
     early = judge([450 * MIB], [30 * MIB] * 3, noise_bytes_per_h=NOISE, min_pods=2, watched_s=1800,
                   review_after_s=6 * 3600)
     assert early.verdict is Verdict.PENDING
-    assert early.message == "waiting: 3 of 2 pod(s) on the new template with a trend, 30 m of 6 h 00 m"
+    assert early.message == "waiting: 3 of 2 pod(s) on the new template with a trend, and 6 h 00 m since it was applied"
     few = judge([450 * MIB], [30 * MIB], noise_bytes_per_h=NOISE, min_pods=2, watched_s=DAY, review_after_s=60)
     assert few.verdict is Verdict.PENDING and few.message.startswith("waiting: 1 of 2 pod(s)")
     nothing_before = judge([], [30 * MIB] * 3, noise_bytes_per_h=NOISE, min_pods=1, watched_s=DAY, review_after_s=0)

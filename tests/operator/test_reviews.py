@@ -73,6 +73,7 @@ def test_the_cycle_judges_a_remediation_and_reverts_an_ineffective_one(
     assert review["verdict"] == verdict, review["message"]
     assert set(review["before"]) == {"uid-w-old"} and set(review["after"]) == {"uid-w-new"}
     assert review["before"]["uid-w-old"] == pytest.approx(400 * MIB, rel=0.02)
+    assert review["before"]["uid-w-old"] % MIB == 0  # whole MiB an hour: a status that changes only when they do
     events = [v for k, v in kube.log if k == "event"]
     assert events == (["RemediationIneffective", "RemediationReverted"] if reverted else ["RemediationEffective"])
     assert (("patch-raycluster", "rc") in kube.log) is reverted
@@ -120,13 +121,13 @@ def test_a_status_of_any_shape_reads_back_bounded(raw: Any) -> None:
 
 def test_a_review_round_trips_through_the_status() -> None:
     book = reviews.Reviews()
-    book.start(("rc", "workers", "jemalloc"), ENV, now=1000.0, creeps=[("u1", 5.0e8), ("u2", None)])
+    book.start(("rc", "workers", "jemalloc"), ENV, now=1000.0, creeps=[("u1", 500.2 * MIB), ("u2", None)])
     book.start(("rc", "workers", "spilling"), {"RAY_x": "1"}, now=1000.0, creeps=[])  # not reviewed
     o = book.open[("rc", "workers", "jemalloc")]
-    o.observe("u3", dict(ENV), 1.0e7)
+    o.observe("u3", dict(ENV), 10 * MIB)
     o.judge(now=1000.0 + 7200, noise_bytes_per_h=1.0e6, min_pods=1, after_s=3600)
     back = reviews.Reviews.from_status({"remediations": book.to_status()})
     assert list(back.open) == [("rc", "workers", "jemalloc")]
     again = back.open[("rc", "workers", "jemalloc")]
     assert again.decided and again.review is not None and again.review.verdict.value == "Effective"
-    assert again.before == {"u1": 5.0e8} and again.after == {"u3": 1.0e7}
+    assert again.before == {"u1": 500 * MIB} and again.after == {"u3": 10 * MIB}  # whole MiB an hour

@@ -16,8 +16,10 @@ from typing import Any
 from memoryguard_kuberay.core.policy.efficacy import Review, Verdict, judge
 from memoryguard_kuberay.operator.clock import iso
 
-MAX_REVIEWS = 50
-MAX_PODS = 100  # creeps kept per side of one review
+# The status holds them all: 20 reviews of 2 x 20 pods stay within about 40 KiB.
+MAX_REVIEWS = 20
+MAX_PODS = 20  # creeps kept per side of one review (a median over 20 pods says what it can)
+MIB = 1024**2
 REVIEWED_KINDS = frozenset({"jemalloc"})  # judged by memory creep; spilling acts on the store, call sites on nothing
 _SEP = "/"
 Key = tuple[str, str, str]  # (cluster, group, kind)
@@ -103,8 +105,9 @@ class Reviews:
             r = o.review
             out[_SEP.join((cluster, group, kind))] = {
                 "appliedAt": iso(o.applied_at), "appliedAtSeconds": round(o.applied_at, 3), "env": dict(o.env),
-                "before": {k: round(v) for k, v in sorted(o.before.items())},
-                "after": {k: round(v) for k, v in sorted(o.after.items())},
+                # In whole MiB an hour: the status is written only when it changed.
+                "before": {k: round(v / MIB) * MIB for k, v in sorted(o.before.items())},
+                "after": {k: round(v / MIB) * MIB for k, v in sorted(o.after.items())},
                 "verdict": (r.verdict if r else Verdict.PENDING).value, "message": r.message if r else "",
                 **({"reverted": o.reverted} if o.reverted else {}),
             }

@@ -71,8 +71,9 @@ def judge(before: Sequence[float], after: Sequence[float], *, noise_bytes_per_h:
                       n_after)
     b = median(before)
     if n_after < min_pods or watched_s < review_after_s:
+        # No elapsed time in it: the status that holds it is written only when it changes.
         return Review(Verdict.PENDING, f"waiting: {n_after} of {min_pods} pod(s) on the new template with a "
-                                       f"trend, {fmt_duration(watched_s)} of {fmt_duration(review_after_s)}",
+                                       f"trend, and {fmt_duration(review_after_s)} since it was applied",
                       b, median(after) if after else None, n_before, n_after)
     a = median(after)
     if a <= EFFECTIVE_RATIO * b and b - a > noise_bytes_per_h:
