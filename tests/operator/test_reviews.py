@@ -131,3 +131,37 @@ def test_a_review_round_trips_through_the_status() -> None:
     again = back.open[("rc", "workers", "jemalloc")]
     assert again.decided and again.review is not None and again.review.verdict.value == "Effective"
     assert again.before == {"u1": 500 * MIB} and again.after == {"u3": 10 * MIB}  # whole MiB an hour
+
+
+def test_a_revert_the_api_refuses_for_now_is_tried_again_without_an_event_each_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from memoryguard_kuberay.operator.kube import api_error
+
+    class Refusing(FakeKube):
+        refusals = 2
+
+        async def json_patch_raycluster(self, namespace: str, name: str, ops: list[Any]) -> None:
+            if self.refusals:
+                self.refusals -= 1
+                raise api_error(422, "Invalid", "the resourceVersion test failed")
+            await super().json_patch_raycluster(namespace, name, ops)
+
+    clock = FixedClock()
+    spec = {**SPEC, "remediation": {"jemalloc": {"mode": "auto"},
+                                    "review": {"afterSeconds": 3600, "minPods": 1, "revert": "ineffective"}}}
+    kube = Refusing(_remediated_rc(), _guard(spec))
+    pods = FakePods([_on_template(_pod("w-old", "127.0.0.21"), None), _on_template(_pod("w-new", "127.0.0.22"), ENV)])
+
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        return Poll(_creeping(clock.t, 400 * MIB), None, 0.01)
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    loop = guarding.GuardReconciler(_context(kube, pods, clock), NS, "g")
+    loop.memory = guarding.Memory()
+    loop.mem.reviews.start(("rc", "workers", "jemalloc"), ENV, now=clock.t - 7200, creeps=[])
+    for _ in range(3):
+        asyncio.run(loop.cycle(kube.guard))
+        clock.t += 15
+    assert [v for k, v in kube.log if k == "event"] == ["RemediationIneffective", "RemediationReverted"]
+    assert kube.log.count(("patch-raycluster", "rc")) == 1
+    assert loop.mem.status["remediations"]["rc/workers/jemalloc"]["reverted"] == "reverted"

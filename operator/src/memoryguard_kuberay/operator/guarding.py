@@ -263,39 +263,40 @@ class GuardReconciler:
     async def review_remediations(self, run: Run) -> Decided:
         """Each applied remediation not yet judged: its group's pods on either
         side of it, by their creep (reviews.py, efficacy.py); once judged, an
-        Event, and an ineffective one undone when the guard asks for it."""
+        Event, and an ineffective one undone when the guard asks for it (a
+        revert the API refused for now is tried again next cycle)."""
         assert run.found is not None
-        found, reviews, now = run.found, self.mem.reviews, self.ctx.clock.now()
+        found, reviews, spec = run.found, self.mem.reviews, run.found.spec
         decided = NOTHING
         for (cluster, group, kind), o in list(reviews.open.items()):
-            if o.decided:
-                continue
-            limits = []
-            for p in found.guarded:
-                track = self.mem.tracks.get(p.uid)
-                if p.cluster == cluster and p.group == group and track is not None:
-                    o.observe(p.uid, p.remedy_env, efficacy.creep_bytes_per_h(track.window))
-                    if track.window.limit_bytes:
-                        limits.append(track.window.limit_bytes)
-            spec = found.spec
-            review = o.judge(now=now, noise_bytes_per_h=spec.policy.min_growth_fraction_per_h * min(limits or [0]),
-                             min_pods=spec.review.min_pods, after_s=spec.review.after_s)
-            decided += Decided((), {"remediations": reviews.to_status()})
-            if review.verdict is Verdict.PENDING:
-                continue
-            self.ctx.metrics.reviews.labels(self.namespace, self.name, kind, review.verdict.value).inc()
-            rc = found.by_name.get(cluster) or {"metadata": {"name": cluster}}
-            about = f"{kind} on group {group} of {cluster}: {review.message}"
-            decided += Decided((say(EventReason.REMEDIATION_INEFFECTIVE if review.verdict.ineffective
-                                    else EventReason.REMEDIATION_EFFECTIVE, about, rc),))
-            if review.verdict.ineffective and spec.review.revert_ineffective and cluster in found.by_name:
+            if not o.decided:
+                limits = []
+                for p in found.guarded:
+                    track = self.mem.tracks.get(p.uid)
+                    if p.cluster == cluster and p.group == group and track is not None:
+                        o.observe(p.uid, p.remedy_env, efficacy.creep_bytes_per_h(track.window))
+                        if track.window.limit_bytes:
+                            limits.append(track.window.limit_bytes)
+                review = o.judge(now=self.ctx.clock.now(), min_pods=spec.review.min_pods,
+                                 noise_bytes_per_h=spec.policy.min_growth_fraction_per_h * min(limits or [0]),
+                                 after_s=spec.review.after_s)
+                decided += Decided((), {"remediations": reviews.to_status()})
+                if review.verdict is Verdict.PENDING:
+                    continue
+                self.ctx.metrics.reviews.labels(self.namespace, self.name, kind, review.verdict.value).inc()
+                decided += Decided((say(EventReason.REMEDIATION_INEFFECTIVE if review.verdict.ineffective
+                                        else EventReason.REMEDIATION_EFFECTIVE,
+                                        f"{kind} on group {group} of {cluster}: {review.message}",
+                                        found.by_name.get(cluster) or {"metadata": {"name": cluster}}),))
+            assert o.review is not None
+            if o.review.verdict.ineffective and spec.review.revert_ineffective and not o.reverted \
+                    and cluster in found.by_name:
                 o.reverted, said, patched = await remediation.revert(
-                    self.ctx.kube, namespace=self.namespace, rc=rc, cluster=cluster, group=group, kind=kind,
-                    env=o.env, why=review.message)
+                    self.ctx.kube, namespace=self.namespace, rc=found.by_name[cluster], cluster=cluster,
+                    group=group, kind=kind, env=o.env, why=o.review.message)
                 if patched is not None:  # the rest of the cycle patches from what the server now has
                     found.by_name[cluster] = patched
-                decided += Decided((said,))
-            decided += Decided((), {"remediations": reviews.to_status()})
+                decided += Decided(() if said is None else (said,), {"remediations": reviews.to_status()})
         return decided
 
     async def summarize(self, run: Run) -> Decided:

@@ -7,6 +7,7 @@ pods get it as they are replaced), as the guard's spec says."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,8 @@ from memoryguard_kuberay.operator.decided import Say, say
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import GuardSpec, Mode
 from memoryguard_kuberay.operator.kube import ApiError, Kube
+
+log = logging.getLogger("memoryguard_kuberay.operator")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,9 +65,10 @@ async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[
 
 
 async def revert(kube: Kube, *, namespace: str, rc: Mapping[str, Any], cluster: str, group: str, kind: str,
-                 env: Mapping[str, str], why: str) -> tuple[str, Say, Mapping[str, Any] | None]:
+                 env: Mapping[str, str], why: str) -> tuple[str, Say | None, Mapping[str, Any] | None]:
     """Undo a remediation judged ineffective (patches.revert_patch): what
-    was done, in words, its Event, and the RayCluster as the patch left it."""
+    was done, in words ("" when the API refused it for now: tried again next
+    cycle, no Event), its Event, and the RayCluster as the patch left it."""
     where = f"{kind} on group {group} of {cluster}"
     ops = patches.revert_patch(rc, group, env)
     if isinstance(ops, str):
@@ -72,7 +76,8 @@ async def revert(kube: Kube, *, namespace: str, rc: Mapping[str, Any], cluster: 
     try:
         patched = await kube.json_patch_raycluster(namespace, cluster, ops)
     except ApiError as e:
-        return f"not reverted: {e}"[:400], say(EventReason.REMEDIATION_REVERT_FAILED, f"{where}: {e}", rc), None
+        log.warning("%s: %s: revert refused for now, tried again next cycle: %s", namespace, where, e)
+        return "", None, None
     return "reverted", say(EventReason.REMEDIATION_REVERTED, f"{where} undone ({why}): the pod template has what "
                                                              f"it had before; pods get it as they are replaced",
                            rc), patched
