@@ -239,7 +239,8 @@ class Demo:
         status = (w.api.get("memoryguards", "default", "demo-guard") or {}).get("status") or {}
         reviews = {k: {"verdict": r.get("verdict"), "reverted": r.get("reverted", ""), "message": r.get("message")}
                    for k, r in (status.get("remediations") or {}).items()}
-        return {"workers": len([p for p in self.assigned if "-head-" not in p]), "leaks": leaks, "caught": caught,
+        return {"workers": self.args.workers * len(CAST), "pods": len([p for p in self.assigned if "-head-" not in p]),
+                "leaks": leaks, "caught": caught,
                 "rotations": len(w.api.evictions), "false_rotations": false_rotations,
                 "remediations": len(w.events("RemediationApplied")), "duration_s": round(duration, 1),
                 "replaced": len(w.events("WorkerRotated")), "min_lead_h": round(min(leads) / 3600, 2) if leads
@@ -335,7 +336,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps(summary))
         return 1 if missed else 0
     print("\n".join(demo.log))
-    print(f"\nsummary: {summary['workers']} workers in {summary['simulated_h']} h, {summary['leaks']} leaking: "
+    print(f"\nsummary: {summary['workers']} workers ({summary['pods']} worker pods with their replacements) in "
+          f"{summary['simulated_h']} h, {summary['leaks']} leaking: "
           f"{summary['caught']} caught before "
           f"their OOM (min lead {'-' if summary['min_lead_h'] is None else str(summary['min_lead_h']) + ' h'}), "
           f"{summary['rotations']} rotation(s), "
