@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup run demo test lint typecheck unit faults real-pods soak bench bench-sidecar bench-hostile bench-tenants bench-flood bench-operator real-leak crds traces clean
+.PHONY: setup run demo test lint typecheck unit faults real-pods soak bench bench-sidecar bench-hostile bench-tenants bench-flood bench-state bench-operator real-leak crds traces clean
 
 PARTS   := core sidecar operator devkit
 
@@ -52,7 +52,7 @@ traces: $(STAMP)
 	$(BIN)/memoryguard-kuberay gen-traces examples/traces
 
 clean:
-	rm -rf $(VENV) build dist */build *.egg-info */src/*.egg-info simulate.png demo.png .bench-drawn
+	rm -rf $(VENV) build dist */build *.egg-info */src/*.egg-info simulate.png demo.png demo-heatmap.png .bench-drawn
 
 bench-sidecar: $(STAMP)
 	$(BIN)/python benchmarks/sidecar_bench.py
@@ -73,6 +73,10 @@ bench-tenants: $(STAMP)
 # A legitimate poller beside a request flood on one real sidecar (issue 24).
 bench-flood: $(STAMP)
 	$(BIN)/python benchmarks/sidecar_flood.py
+
+# The policy's state per pod once its windows hold their whole history (issue 25).
+bench-state: $(STAMP)
+	$(BIN)/python benchmarks/policy_state.py
 
 bench-operator: $(STAMP)
 	$(BIN)/python benchmarks/operator_scale.py

@@ -19,6 +19,14 @@ windows, for a leak that reaches the OOM in about 10 minutes; never a
 production setting): trend buckets of 15 s over 5 minutes, a verdict after
 2 minutes of history, rotate when the OOM is projected within 3 minutes.
 
+Before a rotation the operator keeps the evidence of what leaked: so does
+this run, as the operator's collection does it (``forensics.collect``: the
+sidecar's process table, Ray's objects on the node by call site, with Ray
+recording call sites as a guard's ``callSites`` remediation sets), once
+when the policy first says rotate and once ``--second-evidence-s`` (45)
+later, into ``--evidence-dir`` (``build/real-leak``); the two are then
+compared as ``memoryguard-kuberay forensics --diff`` prints them.
+
 The recorded samples are written as a trace (``--trace``, default
 ``examples/recorded/real_ray_leak.csv``) with its label, for ``make bench``.
 Bounded: everything stops after ``--max-minutes`` (15) whatever happens, and
@@ -28,6 +36,7 @@ the cgroup, Ray and the sidecar are removed by the PIDs this script started.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -36,23 +45,28 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
 from memoryguard_kuberay.core import commands
-from memoryguard_kuberay.core.policy import Action, PodWindow, Reason, RotationHistory, decide
+from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import write_trace
 from memoryguard_kuberay.devkit import processes
 from memoryguard_kuberay.devkit.emulator.world import free_port
+from memoryguard_kuberay.operator import forensics, forensics_cli
 
 GIB = 1024**3
 MIB = 1024**2
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+# Call sites recorded, as a guard's callSites remediation sets them: the
+# evidence then names the line that made each leaked object.
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_record_ref_creation_sites": "1"}
 TEST_PROFILE = ROOT / "examples" / "guards" / "test-profile.yaml"
 
 LEAKER = textwrap.dedent("""
@@ -145,6 +159,10 @@ def main() -> int:
     ap.add_argument("--leak-store-mib", type=float, default=0.5, help="MiB of Plasma pinned per request")
     ap.add_argument("--max-minutes", type=float, default=15.0)
     ap.add_argument("--trace", default=str(ROOT / "examples" / "recorded" / "real_ray_leak.csv"))
+    ap.add_argument("--evidence-dir", default=str(ROOT / "build" / "real-leak"),
+                    help="where the two kept artifacts are written (default build/real-leak)")
+    ap.add_argument("--second-evidence-s", type=float, default=45.0,
+                    help="seconds after the first artifact the second is taken (default 45)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("real-leak: needs root to make a memory cgroup", file=sys.stderr)
@@ -154,7 +172,7 @@ def main() -> int:
     limit = int(args.limit_gib * GIB)
     deadline = time.monotonic() + args.max_minutes * 60
     group = MemoryGroup(limit)
-    gcs_port, metrics_port, sidecar_port = free_port("127.0.0.1"), free_port("127.0.0.1"), free_port("127.0.0.41")
+    gcs_port, metrics_port, sidecar_port = free_port("127.0.0.1"), free_port("127.0.0.1"), free_port("127.0.0.1")
     env = {**os.environ, **RAY_ENV}
     tmp = tempfile.mkdtemp(prefix="mg-real-leak-")
     print(f"cgroup {group.path} ({'v1' if group.v1 else 'v2'}), limit {args.limit_gib:g} GiB, object store "
@@ -167,17 +185,20 @@ def main() -> int:
     ended = "OOM-killed"  # or: stalled at the limit, never killed
     leak_start: float | None = None
     t0 = time.time()
+    kept: Evidence | None = None
     try:
         ray_cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs_port}",
                    "--num-cpus=2", f"--object-store-memory={args.store_mib * MIB}", "--include-dashboard=false",
                    f"--metrics-export-port={metrics_port}", "--disable-usage-stats", f"--temp-dir={tmp}"]
         with processes.group(group.enter_cmd(ray_cmd), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
-            sidecar_cmd = [str(BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"127.0.0.41:{sidecar_port}",
+            sidecar_cmd = [str(BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"127.0.0.1:{sidecar_port}",
                            "--interval", "1", "--cgroup-root", str(group.path), "--ray-metrics-url",
                            f"http://127.0.0.1:{metrics_port}/metrics", "--ray-metrics-interval", "2",
-                           "--log-level", "WARNING"]
+                           # Its process table: the cgroup's (this host's /proc shows every process).
+                           "--process-scope", "cgroup", "--log-level", "WARNING"]
             with processes.group(sidecar_cmd, env=env):
-                url = f"http://127.0.0.41:{sidecar_port}/v1/samples"
+                # In a pod, Ray and its sidecar share the pod's IP: here both are at 127.0.0.1.
+                url = f"http://127.0.0.1:{sidecar_port}/v1/samples"
                 while time.monotonic() < deadline:  # the sidecar and the raylet's store metrics
                     with contextlib.suppress(OSError, ValueError):
                         doc = get_json(url)
@@ -194,6 +215,8 @@ def main() -> int:
                     last_t = 0.0
                     last_print = 0.0
                     stall = LimitStall(limit)
+                    kept = Evidence(Path(args.evidence_dir), node_ip="127.0.0.1", sidecar_port=sidecar_port,
+                                    gcs=f"127.0.0.1:{gcs_port}", second_after_s=args.second_evidence_s)
                     while time.monotonic() < deadline:
                         with contextlib.suppress(OSError, ValueError):
                             for raw in get_json(url)["samples"]:
@@ -207,6 +230,7 @@ def main() -> int:
                                 d = decide(settings=settings, window=window, history=RotationHistory(), now_s=s.time_s)
                                 if d[0].action is not Action.ROTATE:
                                     continue
+                                kept.due(s, d[0])
                                 said = (s.time_s, f"{d[0].reason.value}: {d[0].message}")
                                 if first_rotate is None:
                                     first_rotate = said
@@ -249,8 +273,16 @@ def main() -> int:
                         with contextlib.suppress(OSError, ValueError):
                             samples.extend(s for s in (Sample.from_wire(r) for r in get_json(url)["samples"])
                                            if s.time_s > last_t)
+                    kept.wait()
     finally:
         group.remove()
+    kept_paths = kept.paths if kept is not None else []
+    if len(kept_paths) == 2:
+        print(f"\nwhat grew between the two artifacts (memoryguard-kuberay forensics --diff "
+              f"{kept_paths[0]} {kept_paths[1]}):", flush=True)
+        forensics_cli.main(["--diff", str(kept_paths[0]), str(kept_paths[1])])
+    elif kept_paths:
+        print(f"one artifact kept ({kept_paths[0]}); the second was not taken before the run ended")
     if oom_at is None:
         print(f"real-leak: no OOM kill within {args.max_minutes:g} minutes (leak too slow for this limit?)")
         return 1
@@ -268,17 +300,62 @@ def main() -> int:
     return 0
 
 
+class Evidence:
+    """The artifacts a guard would keep before rotating this pod, taken
+    beside the sampling loop (a collection takes seconds: Ray's probe
+    starts an interpreter): the first when the policy first says rotate,
+    the second ``second_after_s`` later."""
+
+    def __init__(self, where: Path, *, node_ip: str, sidecar_port: int, gcs: str, second_after_s: float) -> None:
+        self.where, self.node_ip, self.sidecar_port = where, node_ip, sidecar_port
+        self.gcs, self.second_after_s = gcs, second_after_s
+        self.paths: list[Path] = []
+        self.first_at: float | None = None
+        self.threads: list[threading.Thread] = []
+
+    def due(self, s: Sample, decision: Decision) -> None:
+        if self.first_at is None:
+            self.first_at = s.time_s
+        elif len(self.threads) >= 2 or s.time_s - self.first_at < self.second_after_s:
+            return
+        n = len(self.threads) + 1
+        t = threading.Thread(target=self._take, args=(n, s, decision), daemon=True)
+        self.threads.append(t)
+        t.start()
+
+    def _take(self, n: int, s: Sample, decision: Decision) -> None:
+        subject = forensics.Subject(namespace="real-leak", guard="real-leak", guard_uid="", pod="real-leak",
+                                    pod_uid="", cluster="real-leak", group="leaker", ip=self.node_ip,
+                                    sidecar_port=self.sidecar_port, gcs_address=self.gcs, decision=decision,
+                                    last_sample=s)
+        doc = asyncio.run(forensics.collect(subject, budget_s=30.0, with_ray=True))
+        self.where.mkdir(parents=True, exist_ok=True)
+        path = self.where / f"evidence-{n}.json"
+        path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        self.paths.append(path)
+        print(f"[evidence] artifact {n} kept: {path} (skipped: {doc.get('skipped') or 'nothing'})", flush=True)
+
+    def wait(self) -> None:
+        for t in self.threads:
+            t.join(timeout=60)
+        self.paths.sort()
+
+
 STALL_S = 60.0  # at the limit this long without growing: held in reclaim, not killed
 STALL_AT = 0.98  # of the limit: memory.current there is at the limit (the kernel keeps a little back)
 
 
 class LimitStall:
-    """When the cgroup reached its limit and stopped there: memory.current at
-    ``STALL_AT`` of the limit and growing less than 1% of it for ``STALL_S``."""
+    """When the workload stopped at the cgroup's limit: memory.current at
+    ``STALL_AT`` of the limit, and memory in use (anon + shmem) growing less
+    than 1% of it for ``STALL_S``; it stalled when in use last grew. Not
+    memory.current alone: it reaches the limit first while the leak goes on
+    growing into the page cache the kernel reclaims (seen: at the limit 228 s
+    in, in use still growing 6 MiB/s until about 260 s)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.at_limit: tuple[float, float] | None = None  # (since, memory.current then)
+        self.at_limit: tuple[float, float] | None = None  # (since, memory in use then)
         self.stalled_since: float | None = None
 
     def add(self, s: Sample) -> None:
@@ -286,8 +363,9 @@ class LimitStall:
         if current < STALL_AT * self.limit:
             self.at_limit = None
             return
-        if self.at_limit is None or current - self.at_limit[1] > 0.01 * self.limit:
-            self.at_limit = (s.time_s, current)
+        used = s.unreclaimable_bytes or 0
+        if self.at_limit is None or used - self.at_limit[1] > 0.01 * self.limit:
+            self.at_limit = (s.time_s, used)
         elif s.time_s - self.at_limit[0] >= STALL_S:
             self.stalled_since = self.at_limit[0]
 

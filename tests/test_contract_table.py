@@ -84,6 +84,13 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{mg}") is None:
         api.ok("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd.crd())
     real.wait_established(mg)
+    import yaml
+
+    rcs = "rayclusters.ray.io"  # KubeRay's own CRD, as the emulator loads it
+    if api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{rcs}") is None:
+        api.ok("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+               yaml.safe_load(kuberay_file("ray.io_rayclusters.yaml").read_text()))
+    real.wait_established(rcs)
 
     def create_crd(doc: dict[str, Any]) -> int:
         return int(api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)[0])
@@ -188,6 +195,50 @@ def whole_float_in_an_integer_field_read_by_cel(b: Backend) -> Any:
     return b.client.call("POST", GUARDS, g, params={"dryRun": "All"})[0]
 
 
+RCS = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
+
+
+def _raycluster(b: Backend, name: str) -> dict[str, Any]:
+    import yaml
+
+    doc = next(d for d in yaml.safe_load_all(kuberay_file("ray-cluster.sample.yaml").read_text())
+               if d and d.get("kind") == "RayCluster")
+    doc["metadata"] = {"name": name, "namespace": NS}
+    b.client.call("DELETE", f"{RCS}/{name}")
+    return dict(b.client.ok("POST", RCS, doc))
+
+
+def json_patch_test_of_a_stale_resource_version(b: Backend) -> Any:
+    # What the remediation patches guard themselves with (patches._unchanged).
+    read = _raycluster(b, "rv")
+    b.client.merge(f"{RCS}/rv", {"metadata": {"labels": {"a": "b"}}})
+    op = [{"op": "add", "path": "/metadata/labels/c", "value": "d"}]
+    stale, _, _ = b.client.call("PATCH", f"{RCS}/rv", [{"op": "test", "path": "/metadata/resourceVersion",
+                                                        "value": read["metadata"]["resourceVersion"]}, *op],
+                                ctype="application/json-patch+json")
+    now = b.client.get(f"{RCS}/rv")
+    fresh, _, _ = b.client.call("PATCH", f"{RCS}/rv", [{"op": "test", "path": "/metadata/resourceVersion",
+                                                        "value": now["metadata"]["resourceVersion"]}, *op],
+                                ctype="application/json-patch+json")
+    b.client.call("DELETE", f"{RCS}/rv")
+    return stale, fresh
+
+
+def remediation_then_revert_gives_back_the_template(b: Backend) -> Any:
+    from memoryguard_kuberay.operator import patches
+    from memoryguard_kuberay.operator.guardspec import Jemalloc
+
+    rc = _raycluster(b, "undo")
+    before = copy.deepcopy(rc["spec"]["workerGroupSpecs"][0]["template"])
+    env = patches.jemalloc_env(Jemalloc(), None)
+    applied, patched, _ = b.client.call("PATCH", f"{RCS}/undo", patches.remediation_patch(
+        rc, "workergroup", env, record="contract"), ctype="application/json-patch+json")
+    ops = patches.revert_patch(patched, "workergroup", env)
+    reverted, after, _ = b.client.call("PATCH", f"{RCS}/undo", ops, ctype="application/json-patch+json")
+    b.client.call("DELETE", f"{RCS}/undo")
+    return applied, reverted, after["spec"]["workerGroupSpecs"][0]["template"] == before
+
+
 @dataclasses.dataclass(frozen=True)
 class Row:
     check: Callable[[Backend], Any]
@@ -203,6 +254,8 @@ ROWS = [
                              {"enabled": True, "keep": 20, "timeoutSeconds": 30})),
     Row(stale_resource_version, 409),
     Row(failed_json_patch_test, 422),
+    Row(json_patch_test_of_a_stale_resource_version, (422, 200)),
+    Row(remediation_then_revert_gives_back_the_template, (200, 200, True)),
     Row(eviction_of_a_missing_pod, 404),
     Row(event_in_another_namespace, 422),
     Row(dry_run_eviction_keeps_the_pod, (201, True)),

@@ -35,3 +35,16 @@ def test_every_panel_reads_on_its_own(tmp_path: Path) -> None:
     reasons = [a for a in panels[0].texts if a.get_text() == "ProjectedOOM"]
     assert reasons and all(a.get_bbox_patch() is not None for a in reasons)
     assert any(a.get_text() == "kernel OOM kill" for a in panels[0].texts)
+
+
+def test_the_heat_map_colours_each_cell_by_the_nearest_projection_in_it(tmp_path: Path) -> None:
+    from memoryguard_kuberay.core import heatmap
+
+    assert [heatmap.band(s) for s in (0, 1800, 3600, 5 * 3600, 23 * 3600, 30 * 3600, None)] == [0, 0, 1, 1, 2, 3, 4]
+    rows = {"serve": [(0.0, None), (100.0, 7200.0), (150.0, 600.0), (250.0, None)],
+            "train": [(0.0, 90000.0)]}
+    # Two columns of 200 s: serve's first holds 2 h and 10 m (the nearest wins); train has no sample in its second.
+    assert heatmap.cells(rows, start_s=0.0, column_s=200.0, columns=2) == [[0, 4], [3, None]]
+    out = tmp_path / "heat.png"
+    heatmap.draw(rows, out, title="t")
+    assert out.read_bytes()[:4] == b"\x89PNG"

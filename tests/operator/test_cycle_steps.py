@@ -130,7 +130,7 @@ def test_the_cycle_is_the_list_of_steps_it_says() -> None:
     named = [line.strip().removeprefix("self.").rstrip(",") for line in src.split("steps: list[Step] = [")[1]
              .split("]")[0].splitlines() if line.strip()]
     assert named == ["read_spec", "admit", "find_clusters", "set_up_clusters", "read_pods", "advance_rotations",
-                     "take_evidence", "poll_and_decide", "summarize"]
+                     "take_evidence", "poll_and_decide", "review_remediations", "summarize"]
     for name in named:
         step = getattr(guarding.GuardReconciler, name)
         assert inspect.signature(step).return_annotation in ("Decided", Decided), name

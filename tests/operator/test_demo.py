@@ -1,6 +1,7 @@
 """The demo, headless (``memoryguard-kuberay demo --json``), as a user would run it:
 every leak caught before its OOM, no false rotation, every rotated worker
-replaced, no plain delete, and no process left behind."""
+replaced, no plain delete, one remediation judged effective and one judged
+of no effect and reverted, and no process left behind."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def _left_behind(tag: str) -> set[int]:
 def test_demo_headless(tmp_path: Path) -> None:
     tag = uuid.uuid4().hex
     out = subprocess.run([str(Path(sys.executable).parent / "memoryguard-kuberay"), "demo", "--json", "--plot",
-                          str(tmp_path / "demo.png")], capture_output=True, text=True, timeout=300,
+                          str(tmp_path / "demo.png"), "--heatmap", str(tmp_path / "heat.png")],
+                         capture_output=True, text=True, timeout=300,
                          env={**os.environ, "MEMORYGUARD_TEST_RUN": tag})
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout)
@@ -46,4 +48,11 @@ def test_demo_headless(tmp_path: Path) -> None:
     assert summary["replaced"] == summary["rotations"] == summary["leaks"]
     assert summary["duration_s"] <= 120
     assert (tmp_path / "demo.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "heat.png").read_bytes()[:4] == b"\x89PNG"
+    # jemalloc ends serve's fragmentation and leaves train's code leak as it was (the demo's workloads).
+    reviews = summary["reviews"]
+    assert reviews["demo-cluster/serve/jemalloc"]["verdict"] == "Effective", reviews
+    assert reviews["demo-cluster/serve/jemalloc"]["reverted"] == ""
+    assert reviews["demo-cluster/train/jemalloc"]["verdict"] == "NoEffect", reviews
+    assert reviews["demo-cluster/train/jemalloc"]["reverted"] == "reverted"
     assert _left_behind(tag) == set()

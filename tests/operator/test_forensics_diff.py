@@ -58,3 +58,18 @@ def test_the_command_diffs_two_saved_artifacts(tmp_path: Path) -> None:
     assert "serve.py:handle:42" in lines[first_site] and "+800" in lines[first_site]
     assert "memory in use: 900 MiB -> 2.1 GiB (+1.2 GiB)" in text, text
     assert "ray::Serve.handle" in text and "etl.py" not in text
+
+
+def test_the_diff_of_two_artifacts_make_real_leak_kept_names_the_leak() -> None:
+    """Two artifacts ``benchmarks/real_leak.py`` kept of a real Ray (the
+    actor that pins a Plasma object and grows a list at each request), 45 s
+    apart, as the operator's collection takes them: the line that puts the
+    leaked objects and the actor's process come first."""
+    kept = Path(__file__).resolve().parents[2] / "examples" / "recorded" / "evidence"
+    docs = [json.loads((kept / f"evidence-{n}.json").read_text()) for n in (1, 2)]
+    d = forensics_diff.diff(docs[0], docs[1])
+    assert d.call_sites[0].what == "(put object) | <string>:handle:15" and d.call_sites[0].count_grown > 0
+    assert d.processes[0].what.startswith("ray::Session") and d.processes[0].bytes_grown > 100 * MIB
+    out = io.StringIO()
+    forensics_diff.render(d, out)
+    assert "<string>:handle:15" in out.getvalue()

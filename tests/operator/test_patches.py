@@ -46,12 +46,51 @@ def test_jemalloc_auto_exact_patch_on_the_sample(validator: jsonschema.Draft7Val
             {"name": "MALLOC_CONF", "value": "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:1000"}]},
         {"op": "add", "path": "/metadata/annotations", "value": {"memoryguard.io/remediation": json.dumps(
             {"workergroup": {"LD_PRELOAD": "GrowthPlateau on w-1", "MALLOC_CONF": "GrowthPlateau on w-1"}},
-            sort_keys=True, separators=(",", ":"))}},
+            sort_keys=True, separators=(",", ":")), "memoryguard.io/remediation-previous": json.dumps(
+            {"workergroup": {"LD_PRELOAD": None, "MALLOC_CONF": None}}, sort_keys=True, separators=(",", ":"))}},
     ]
     after = json_patch(rc, ops)
     assert list(validator.iter_errors(after)) == []
     # Applied twice: nothing more to do.
     assert patches.remediation_patch(after, "workergroup", env, record="again") == []
+
+
+@pytest.mark.parametrize("before_env", [None, [], [{"name": "LD_PRELOAD", "value": "/opt/other.so"},
+                                                  {"name": "KEEP", "value": "1"},
+                                                  {"name": "MALLOC_CONF", "valueFrom": {"configMapKeyRef": {
+                                                      "name": "c", "key": "k"}}}]])
+def test_a_revert_gives_back_exactly_what_the_template_had(validator: jsonschema.Draft7Validator,
+                                                           before_env: Any) -> None:
+    rc = _load("ray-cluster.sample.yaml")
+    c = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    if before_env is None:
+        c.pop("env", None)
+    else:
+        c["env"] = before_env
+    original = copy.deepcopy(rc)
+    env = patches.jemalloc_env(Jemalloc(), "/opt/other.so" if before_env else None)
+    patched = json_patch(rc, patches.remediation_patch(rc, "workergroup", env, record="GrowthPlateau on w-1"))
+    ops = patches.revert_patch(patched, "workergroup", env)
+    assert isinstance(ops, list)
+    reverted = json_patch(patched, ops)
+    assert list(validator.iter_errors(reverted)) == []
+    got = reverted["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0].get("env")
+    assert got == (before_env or None)  # an empty env and none are one
+    assert {k: v for k, v in reverted["metadata"].get("annotations", {}).items()
+            if not k.startswith("memoryguard.io/")} == (original["metadata"].get("annotations") or {})
+    assert json.loads(reverted["metadata"]["annotations"]["memoryguard.io/remediation"]) == {}
+
+
+def test_a_revert_leaves_a_value_someone_changed_since() -> None:
+    rc = _load("ray-cluster.sample.yaml")
+    env = patches.jemalloc_env(Jemalloc(), None)
+    patched = json_patch(rc, patches.remediation_patch(rc, "workergroup", env, record="r"))
+    patched["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"][1]["value"] = "narenas:2"
+    why = patches.revert_patch(patched, "workergroup", env)
+    assert why == "MALLOC_CONF in group workergroup is no longer what MemoryGuard set: left as it is"
+    # Without the record of what was before (an annotation removed), nothing is guessed.
+    del patched["metadata"]["annotations"]["memoryguard.io/remediation-previous"]
+    assert "does not say what group workergroup had before" in str(patches.revert_patch(patched, "workergroup", env))
 
 
 def test_spilling_and_existing_env_and_preload() -> None:

@@ -84,3 +84,12 @@ def test_verdicts_are_coloured_from_the_reasons_the_status_writes() -> None:
     assert topview._verdict(Reason.OOM_KILLED.value).style == "bold red"
     assert topview._verdict("BadAnswer").style == "yellow" and topview._verdict("Healthy").style == "green"
     assert "FloorRising" not in topview.DANGER
+
+
+def test_a_heat_map_column_is_each_groups_nearest_projection() -> None:
+    def pod(group: str, eta: Any) -> dict[str, Any]:
+        return {"group": group, "projectedOOMSeconds": eta, "workingSetBytes": 1, "limitBytes": 2}
+
+    g = {"metadata": {"namespace": "ns", "name": "g"}, "status": {"pods": {
+        "a": pod("serve", 7200), "b": pod("serve", 600), "c": pod("train", None), "d": pod("train", "soon")}}}
+    assert topview.group_risk([g, {"status": "broken"}]) == {"ns/g serve": 600.0, "ns/g train": None}

@@ -88,6 +88,14 @@ def release(real: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Ite
     real.helm("install", RELEASE, str(ROOT / "charts" / "memoryguard"), "-n", RELEASE_NS,
               "--set", f"watchNamespaces={{{NS}}}", "--set", f"sidecar.sidecarPort={PORT}")
     kubeconfig = real.service_account_kubeconfig(SA, RELEASE_NS, workdir / "operator.kubeconfig")
+    # The apiserver's RBAC authorizer learns the chart's Roles from a watch, a
+    # moment after helm created them: a request in that moment is refused
+    # (seen once: the operator's first GET of its Lease, 403). The operator
+    # retries it, but this test counts every 403, so it starts the operator
+    # once the authorizer says the grants are in.
+    _wait_authorized(real, f"system:serviceaccount:{RELEASE_NS}:{SA}", [
+        ("get", "coordination.k8s.io", "leases", RELEASE_NS), ("list", "memoryguard.io", "memoryguards", NS),
+        ("list", "", "pods", NS), ("patch", "ray.io", "rayclusters", NS)])
     epoch = time.time()
     cmd, env = operator_command(real, kubeconfig, namespace=RELEASE_NS, deployment=SA, extra_env={
         "MEMORYGUARD_TIME_SCALE": str(SPEED), "MEMORYGUARD_DRAIN": "false", "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60"})
@@ -100,6 +108,25 @@ def release(real: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Ite
             yield Release(real, workdir, standin, operator, log)
         finally:
             stop(operator, timeout=20)
+
+
+def _wait_authorized(real: ControlPlane, user: str, checks: list[tuple[str, str, str, str]],
+                     timeout: float = 30) -> None:
+    api = real.admin()
+    deadline = time.monotonic() + timeout
+    pending = list(checks)
+    while pending and time.monotonic() < deadline:
+        verb, group, resource, ns = pending[0]
+        review = api.ok("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": user, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{RELEASE_NS}",
+                                              "system:authenticated"],
+                     "resourceAttributes": {"verb": verb, "group": group, "resource": resource, "namespace": ns}}})
+        if (review.get("status") or {}).get("allowed"):
+            pending.pop(0)
+        else:
+            time.sleep(0.2)
+    assert not pending, f"the chart's RBAC does not grant {pending} to {user}"
 
 
 def _cluster(name: str, workers: int) -> dict[str, Any]:
@@ -181,6 +208,13 @@ def test_top_shows_the_real_clusters_guarded_pods_nearest_harm_first(release: Re
     last = status["rotations"]["lastPod"]
     assert f"rotated {last}" in text.split("last actions:", 1)[1], text
     assert shot.read_text().startswith("<svg") and "leak-guard" in shot.read_text()
+    # Watching for a few refreshes, it draws the guard's worker groups as a heat map when it stops.
+    heat = r.workdir / "top-heatmap.png"
+    out = subprocess.run([str(VENV_BIN / "memoryguard-kuberay"), "top", "-n", NS, "--interval", "1", "--for", "4",
+                          "--heatmap", str(heat)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "KUBECONFIG": str(r.cp.kubeconfig)})
+    assert out.returncode == 0 and f"heat map written to {heat}" in out.stderr, out.stderr
+    assert heat.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_remediation_patches_are_accepted_by_the_raycluster_schema(release: Release) -> None:

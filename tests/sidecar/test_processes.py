@@ -125,3 +125,38 @@ def test_a_simulated_pod_lists_only_its_own_processes() -> None:
         assert [r["pid"] for r in doc["processes"]] == [proc.pid], doc["processes"]
     finally:
         stop(proc)
+
+
+def test_the_cgroup_scope_lists_only_the_processes_of_the_cgroup_read() -> None:
+    """On this machine's real memory cgroups (v1, as root): a group made for
+    the test holds one process; the scan of that group lists it alone among
+    the host's hundreds (as ``make real-leak``'s sidecar does)."""
+    import os
+    from pathlib import Path
+
+    v1 = Path("/sys/fs/cgroup/memory")
+    if os.geteuid() != 0 or not (v1 / "memory.limit_in_bytes").exists():
+        pytest.skip("needs root and a cgroup v1 memory hierarchy to make a group in")
+    group = v1 / f"memoryguard-test-scope-{os.getpid()}"
+    group.mkdir()
+    inside = subprocess.Popen(["sh", "-c", f"echo $$ > {group}/cgroup.procs && exec sleep 120"])
+    outside = subprocess.Popen(["sleep", "120"])
+    try:
+        wait_until(lambda: processes.memory_cgroup_of(inside.pid) == f"/{group.name}", 10)
+        doc = processes.top_processes(cgroup=f"/{group.name}")
+        assert [r["pid"] for r in doc["processes"]] == [inside.pid] and doc["total"] == 1
+        everyone = processes.top_processes(limit=10_000)
+        assert {inside.pid, outside.pid} <= {r["pid"] for r in everyone["processes"]}
+    finally:
+        for p in (inside, outside):
+            p.kill()
+            p.wait()
+        group.rmdir()
+
+
+@pytest.mark.parametrize("path,cgroup,inside", [
+    ("/a", "/a", True), ("/a/b", "/a", True), ("/ab", "/a", False), (None, "/a", False), ("/", "/", True),
+    ("/x", "/", True),
+])
+def test_in_cgroup(path: str | None, cgroup: str, inside: bool) -> None:
+    assert processes.in_cgroup(path, cgroup) is inside

@@ -26,6 +26,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--guard", metavar="FILE.yaml", help="a MemoryGuard manifest whose spec sets the policy")
     s.add_argument("--json", action="store_true", help="print one JSON document")
     s.add_argument("--plot", metavar="OUT.png", help="draw each trace with the trend and the decisions")
+    s.add_argument("--heatmap", metavar="OUT.png", help="draw the traces (rows) over time, coloured by the "
+                                                        "projected time to OOM")
+    s.add_argument("--before", nargs="+", metavar="TRACE.csv",
+                   help="with --after: traces of a group's pods before a remediation; prints the review the "
+                        "operator would give it (effective, no effect, worse)")
+    s.add_argument("--after", nargs="+", metavar="TRACE.csv", help="with --before: traces of its pods on the "
+                                                                    "remediated template")
 
     b = sub.add_parser("bench", help="score the policy and a static baseline on labelled traces")
     b.add_argument("directory", nargs="?", metavar="DIR", help="traces and labels.json (default: examples)")
@@ -87,7 +94,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if args.command == "simulate":
-            return commands.simulate(args.traces, guard=args.guard, as_json=args.json, plot=args.plot)
+            if args.before or args.after:
+                if not (args.before and args.after) or args.traces or args.plot or args.heatmap:
+                    raise commands.UsageError("simulate: --before and --after go together, without other traces, "
+                                              "--plot or --heatmap")
+                return commands.compare(args.before, args.after, guard=args.guard, as_json=args.json)
+            return commands.simulate(args.traces, guard=args.guard, as_json=args.json, plot=args.plot,
+                                     heatmap=args.heatmap)
         if args.command == "bench":
             return _bench(args)
         if args.command == "gen-traces":

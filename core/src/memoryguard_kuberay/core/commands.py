@@ -15,6 +15,7 @@ from typing import IO, Any
 import yaml
 
 from memoryguard_kuberay.core import scoring, specfields
+from memoryguard_kuberay.core.policy import efficacy
 from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
 from memoryguard_kuberay.core.simulate import Replay, replay
 from memoryguard_kuberay.core.tracegen import generate, labels_for
@@ -109,9 +110,10 @@ def check_writable(path: str) -> None:
 
 
 def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: str | None,
-             out: IO[str] = sys.stdout, progress: IO[str] = sys.stderr) -> int:
-    if plot:
-        check_writable(plot)
+             heatmap: str | None = None, out: IO[str] = sys.stdout, progress: IO[str] = sys.stderr) -> int:
+    for path in (plot, heatmap):
+        if path:
+            check_writable(path)
     settings = load_guard_settings(guard)
     traces = load_traces(paths)
     results: list[tuple[Trace, Replay]] = []
@@ -137,6 +139,58 @@ def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: st
 
         plot_replays(results, plot)
         print(f"plot written to {plot}", file=progress)
+    if heatmap:
+        from memoryguard_kuberay.core import heatmap as hm
+
+        # Each trace from its own start: a replay ends at its first rotation (the pod is gone).
+        hm.draw({rep.name: rep.projections for _, rep in results}, heatmap,
+                title="projected time to OOM, per trace (a row ends where the policy rotated)",
+                time_label="hours since the pod's start")
+        print(f"heat map written to {heatmap}", file=progress)
+    return 0
+
+
+def review_settings(path: str | None) -> tuple[int, float]:
+    """The guard's ``remediation.review`` (min pods, seconds): its defaults
+    without a guard. Read after ``load_guard_settings`` checked the file."""
+    spec: dict[str, Any] = {}
+    if path is not None:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+        spec = doc.get("spec", doc)
+    v, _ = specfields.read(spec, PolicySettings.from_spec(specfields.policy_part(spec)))
+    return int(v["remediation.review.minPods"]), float(v["remediation.review.afterSeconds"])
+
+
+def compare(before: Sequence[str], after: Sequence[str], *, guard: str | None, as_json: bool,
+            out: IO[str] = sys.stdout) -> int:
+    """``simulate --before ... --after ...``: a remediation's review, as the
+    operator gives it (efficacy.judge), on traces of the pods before it and
+    on its template. The time watched is the longest after trace."""
+    settings = load_guard_settings(guard)
+    min_pods, review_after_s = review_settings(guard)
+    sides = {name: [replay(tr.name, tr.samples, settings) for tr in load_traces(paths)]
+             for name, paths in (("before", before), ("after", after))}
+    creeps = {name: [r.creep_bytes_per_h for r in reps if r.creep_bytes_per_h is not None]
+              for name, reps in sides.items()}
+    limits = [r.limit_bytes for reps in sides.values() for r in reps if r.limit_bytes]
+    watched = max((tr.samples[-1].time_s - tr.samples[0].time_s for tr in load_traces(after) if tr.samples),
+                  default=0.0)
+    review = efficacy.judge(creeps["before"], creeps["after"],
+                            noise_bytes_per_h=settings.min_growth_fraction_per_h * (min(limits) if limits else 0),
+                            min_pods=min_pods, watched_s=watched, review_after_s=review_after_s)
+    if as_json:
+        json.dump({"verdict": review.verdict.value, "message": review.message,
+                   "beforeBytesPerHour": review.before_bytes_per_h, "afterBytesPerHour": review.after_bytes_per_h,
+                   "pods": {name: {r.name: r.creep_bytes_per_h for r in reps} for name, reps in sides.items()}},
+                  out, indent=1)
+        out.write("\n")
+        return 0
+    for name, reps in sides.items():
+        for r in reps:
+            c = "no trend yet" if r.creep_bytes_per_h is None else efficacy.mib_per_h(r.creep_bytes_per_h)
+            print(f"{name:>6}: {r.name}: creep {c}", file=out)
+    print(f"{review.verdict.value}: {review.message}", file=out)
     return 0
 
 

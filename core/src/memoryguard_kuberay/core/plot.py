@@ -18,7 +18,7 @@ GIB = 1024**3
 ETA_CAP_H = 24.0  # the projection's axis stops here: beyond a day it says nothing a panel can show
 LIMIT_LABEL = "limit (the kernel OOM-kills here)"
 # Mark colours by what happened: the legend names each once.
-MARKS = {"rotate": "red", "remediate": "tab:purple", "OOM kill": "black"}
+MARKS = {"rotate": "red", "remediate": "tab:purple", "revert": "tab:brown", "OOM kill": "black"}
 
 
 def plot_replays(pairs: Sequence[tuple[Trace, Replay]], out: str | Path) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, RotationHistory, decide
+from memoryguard_kuberay.core.policy.efficacy import creep_bytes_per_h
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
 
@@ -31,6 +32,9 @@ class Replay:
     first_rotation_s: float | None
     decisions: tuple[TimedDecision, ...]  # only those that are not "none"
     projections: tuple[tuple[float, float | None], ...]  # (t_s, projected OOM s) for plots
+    # The pod's creep where the replay ended (as the operator last saw it), and its limit.
+    creep_bytes_per_h: float | None = None
+    limit_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,7 +69,8 @@ def replay(name: str, samples: Sequence[Sample], settings: PolicySettings) -> Re
                 first_rotation = now
         if first_rotation is not None:
             break
-    return Replay(name, n, first_rotation, tuple(acted), tuple(projections))
+    return Replay(name, n, first_rotation, tuple(acted), tuple(projections), creep_bytes_per_h(window),
+                  window.limit_bytes)
 
 
 def _int_if_whole(x: float) -> float | int:

@@ -128,6 +128,9 @@ SECTIONS: dict[str, str] = {
     "remediation": "What to change in the worker groups' pod templates when the policy advises it.",
     "remediation.jemalloc": "jemalloc for fragmentation (a plateau).",
     "remediation.spilling": "Object spilling for a filling object store.",
+    "remediation.review": "Whether a jemalloc remediation worked: once pods on the patched template have a "
+                          "trend, their creep is compared with the pods' before it (status.remediations, an "
+                          "Event); `simulate --before --after` gives the same review offline.",
     "sidecar": "The sidecar the operator injects into the guarded RayClusters' pod templates.",
     "forensics": "The evidence kept before a rotation (memory, processes, Ray objects by call site), in "
                  "ConfigMaps owned by the guard: `memoryguard-kuberay forensics` prints them.",
@@ -186,6 +189,13 @@ FIELDS: tuple[Field, ...] = (
     Field("remediation.spilling.directories", Kind.STRINGS, ["/tmp/ray-spill"], "Where to spill.",
           pattern=SAFE_PATH, min_items=1, max_items=16, max_length=256, rules=(NO_PARENT, NO_SYSTEM_DIR),
           problem="must be a non-empty list of absolute paths"),
+    Field("remediation.review.afterSeconds", Kind.INT, 21600, "Time after a remediation is applied before it is "
+          "judged (and pods on its template must each have a trend).", "s", 600, 7 * 86400),
+    Field("remediation.review.minPods", Kind.INT, 2, "Pods on the remediated template, each with a trend, that "
+          "the review needs.", "pods", 1, 100),
+    Field("remediation.review.revert", Kind.STRING, "never", "ineffective: undo a remediation judged no effect "
+          "or worse (the patch taken back exactly; pods get it as they are replaced); never: only say so.",
+          choices=("never", "ineffective"), max_length=16, problem="must be one of never, ineffective"),
     Field("remediation.callSites.mode", Kind.STRING, Mode.OFF.value, f"{_MODE_DOC} "
           "(RAY_record_ref_creation_sites=1, advised when the evidence of a rotation found no call sites).",
           choices=MODES, max_length=16, problem="must be one of off, recommend, auto"),

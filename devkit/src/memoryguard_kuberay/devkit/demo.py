@@ -25,29 +25,51 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from memoryguard_kuberay.core import commands, helptext
+from memoryguard_kuberay.core import commands, heatmap, helptext
 from memoryguard_kuberay.core.plot import LIMIT_LABEL, mark, save_grid
 from memoryguard_kuberay.core.traces import read_labels, read_trace
 from memoryguard_kuberay.operator import forensics, forensics_cli, topview
 
 from .emulator.world import SIDECAR_PORT, World, world
 
-# Worker n of the cluster replays CAST[n % len(CAST)]; replacements are healthy.
-CAST = ["leak_steady", "plasma_never_released", "healthy_gc_sawtooth", "healthy_batch_spikes",
-        "fragmentation_flattens", "leak_after_hours", "healthy_model_warmup", "healthy_cache_fill"]
-REPLACEMENT = "healthy_gc_sawtooth"
+# Each worker group runs one workload; worker n of a group replays its
+# cast[n % len(cast)]. What a replacement replays is the workload's answer to
+# its template: in "serve" the growth is the allocator's fragmentation, which
+# jemalloc ends; in "train" it is a reference leak in the code, which jemalloc
+# does not touch (so its review finds no effect, and the guard reverts it);
+# "batch" fills its object store, whose remedy is spilling.
+CAST = {
+    "serve": ["fragmentation_flattens", "leak_steady", "leak_steady"],
+    "train": ["fragmentation_flattens", "leak_steady", "leak_steady"],
+    "batch": ["plasma_never_released", "healthy_gc_sawtooth", "healthy_batch_spikes"],
+}
+HEALTHY = "healthy_gc_sawtooth"
 GIB = 1024**3
+MAX_STORY_S = 30 * 3600.0  # however the reviews go, the story ends here
+
+
+def replacement(group: str, pod: dict[str, Any]) -> str:
+    """What a replacement pod of ``group`` replays, given its template."""
+    env = {e.get("name"): e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
+    jemalloc = "jemalloc" in str(env.get("LD_PRELOAD", ""))
+    if group == "serve":
+        return HEALTHY if jemalloc else "leak_steady"
+    return "leak_steady" if group == "train" else HEALTHY
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay demo", description=helptext.summary(__doc__))
     p.add_argument("--speed", type=float, default=900.0, help="how much faster than real time (default 900)")
-    p.add_argument("--workers", type=int, default=5, help="worker pods in the RayCluster (default 5)")
+    p.add_argument("--workers", type=int, default=3, help="worker pods in each of the RayCluster's three groups "
+                                                          "(default 3)")
     p.add_argument("--json", action="store_true", help="no live view; print the summary as one JSON document")
     p.add_argument("--plot", default="demo.png", metavar="OUT.png", help="timeline of every worker ('' for none)")
+    p.add_argument("--heatmap", default="demo-heatmap.png", metavar="OUT.png",
+                   help="the worker groups over time by projected time to OOM, as `top --heatmap` draws it "
+                        "('' for none)")
     a = p.parse_args(argv)
-    if not 1 <= a.workers <= 40 or not 60 <= a.speed <= 5000:
-        p.error("--workers must be 1-40 and --speed 60-5000")
+    if not 1 <= a.workers <= 12 or not 60 <= a.speed <= 5000:
+        p.error("--workers must be 1-12 and --speed 60-5000")
     return a
 
 
@@ -60,29 +82,49 @@ class Demo:
         self.args = args
         self.labels = read_labels(commands.examples_dir() / "labels.json")
         self.assigned: dict[str, str] = {}  # pod name -> trace name
+        self.groups: dict[str, str] = {}  # worker pod name -> its group
+        self.judged_at: float | None = None
+        self.risk: dict[str, list[tuple[float, float | None]]] = {}  # heat-map rows, as top records them
         self.log: list[str] = []
         self.seen_events: set[str] = set()
         self.evidence = ""  # the latest forensics artifact, printed readably
 
     def trace_for(self, pod: dict[str, Any]) -> Path:
-        name = pod["metadata"]["name"]
-        if pod["metadata"]["labels"].get("ray.io/node-type") == "head":
-            trace = "healthy_gc_sawtooth"
+        name, labels = pod["metadata"]["name"], pod["metadata"]["labels"]
+        if labels.get("ray.io/node-type") == "head":
+            trace = HEALTHY
         else:
-            n = sum(1 for p in self.assigned if "-head-" not in p)
-            trace = CAST[n % len(CAST)] if n < self.args.workers else REPLACEMENT
+            group = labels.get("ray.io/group", "")
+            n = sum(1 for p in self.groups.values() if p == group)
+            self.groups[name] = group
+            cast = CAST[group]
+            trace = cast[n % len(cast)] if n < self.args.workers else replacement(group, pod)
         self.assigned[name] = trace
         return commands.examples_dir() / f"{trace}.csv"
 
-    def end_of_story(self) -> float:
-        """Trace seconds after which every leak's fate is known."""
+    def story_length(self) -> float:
+        """Trace seconds after which the initial workers' fates are known."""
         deadlines = []
-        for i in range(self.args.workers):
-            lab = self.labels[CAST[i % len(CAST)]]
-            d = lab.get("oom_at_s") or lab.get("plasma_full_at_s")
-            if d:
-                deadlines.append(float(d))
+        for cast in CAST.values():
+            for trace in cast[: self.args.workers]:
+                lab = self.labels[trace]
+                d = lab.get("oom_at_s") or lab.get("plasma_full_at_s")
+                if d:
+                    deadlines.append(float(d))
         return (max(deadlines) if deadlines else 6 * 3600.0) + 1800.0
+
+    def story_over(self, w: World, t: float, least: float) -> bool:
+        """Past the initial workers' fates, and every remediation applied
+        judged (one review more: half an hour to show what followed)."""
+        if t >= MAX_STORY_S:
+            return True
+        reviews = ((w.api.get("memoryguards", "default", "demo-guard") or {}).get("status") or {}).get(
+            "remediations") or {}
+        pending = [r for r in reviews.values() if r.get("verdict") in (None, "Pending")]
+        if t >= least and not pending:
+            self.judged_at = self.judged_at or t
+            return t >= self.judged_at + 1800
+        return False
 
     # -- what the user sees ---------------------------------------------------------
     def collect_events(self, w: World) -> None:
@@ -97,14 +139,15 @@ class Demo:
             if not self.args.json and not sys.stdout.isatty():
                 print(line[:200], flush=True)
 
-    def screen(self, w: World, story_end: float) -> RenderableType:
+    def screen(self, w: World, least: float) -> RenderableType:
         """``memoryguard-kuberay top``'s view of the demo's guard (the same
         code), under a banner saying what is real, then the latest actions."""
         g = w.api.get("memoryguards", "default", "demo-guard") or {}
         t = w.clock() - w.epoch
         banner = ("MemoryGuard demo: the operator, the sidecars and the policy are real; the Kubernetes API server "
                   "and KubeRay are emulated (the devkit's emulator). Clock: "
-                  f"{self.args.speed:.0f}x, {t / 3600:.1f} h of {story_end / 3600:.1f} h simulated.")
+                  f"{self.args.speed:.0f}x, {t / 3600:.1f} h simulated (the story: {least / 3600:.0f} h and the "
+                  "remediations' reviews).")
         log = "\n".join(f"  {line[:150]}" for line in self.log[-10:])
         return Group(Text(banner), topview.screen([g] if g else [], title="guarded workers, nearest harm first"),
                      Text("\nEvents:\n" + (log or "  none yet")))
@@ -113,7 +156,7 @@ class Demo:
     async def run(self) -> dict[str, Any]:
         a = self.args
         started = time.monotonic()
-        story_end = self.end_of_story()
+        least = self.story_length()
         with tempfile.TemporaryDirectory(prefix="memoryguard-demo-") as tmp:
             async with world(Path(tmp), self.trace_for, speed=a.speed) as w:
                 w.api.put("rayclusters", cluster(a.workers))
@@ -122,18 +165,29 @@ class Demo:
                 tty = sys.stdout.isatty() and not a.json
                 with Live(console=Console(), auto_refresh=False, screen=True) if tty else contextlib.nullcontext() \
                         as live:
-                    while w.clock() - w.epoch < story_end:
+                    while not self.story_over(w, w.clock() - w.epoch, least):
                         self.refuse_pods_that_cannot_serve(w)
                         self.collect_events(w)
+                        self.record_risk(w)
                         if live is not None:
-                            live.update(self.screen(w, story_end), refresh=True)
+                            live.update(self.screen(w, least), refresh=True)
                         await asyncio.sleep(0.5)
                 self.collect_events(w)
                 summary = self.summarize(w, time.monotonic() - started)
                 self.evidence = self.latest_evidence(w)
                 if a.plot:
                     self.plot(w, a.plot)
+                if a.heatmap and self.risk:
+                    heatmap.draw(self.risk, a.heatmap, title="the demo's worker groups by projected time to OOM "
+                                                             "(rows: groups; a column every few minutes)",
+                                 time_label="hours (simulated)")
             return summary
+
+    def record_risk(self, w: World) -> None:
+        g = w.api.get("memoryguards", "default", "demo-guard")
+        t = w.clock() - w.epoch
+        for row, eta in topview.group_risk([g] if g else []).items():
+            self.risk.setdefault(row.split(" ", 1)[-1], []).append((t, eta))
 
     @staticmethod
     def refuse_pods_that_cannot_serve(w: World) -> None:
@@ -159,29 +213,39 @@ class Demo:
         return out.getvalue()
 
     def summarize(self, w: World, duration: float) -> dict[str, Any]:
-        initial = [n for n in self.assigned if "-head-" not in n][: self.args.workers]
-        leaking = {n for n in initial if self.labels[self.assigned[n]]["kind"] != "healthy"}
-        caught, false_rotations, leads = 0, 0, []
-        for _, pod, wall in w.api.evictions:
-            trace = self.assigned.get(pod)
-            if trace is None:
+        """Every worker whose leak reached its end within the story counts:
+        caught when rotated at least 10 minutes before (its OOM, or its
+        store full); a rotation of a healthy worker is false."""
+        now = w.clock()
+        evicted = {pod: w.clock(wall) - w.sidecars[pod].start_clock for _, pod, wall in w.api.evictions
+                   if pod in w.sidecars}
+        leaks, caught, false_rotations, leads = 0, 0, 0, []
+        for pod, trace in self.assigned.items():
+            lab, sc = self.labels[trace], w.sidecars.get(pod)
+            if sc is None or "-head-" in pod:
                 continue
-            lab = self.labels[trace]
-            at = w.clock(wall) - w.sidecars[pod].start_clock
+            end = lab.get("oom_at_s") if lab["kind"] == "leak" else lab.get("plasma_full_at_s")
+            at = evicted.get(pod)
             if lab["kind"] == "healthy":
-                false_rotations += 1
-            elif lab["kind"] == "leak" and at <= lab["oom_at_s"] - 600:
+                false_rotations += at is not None
+                continue
+            if end is None or (sc.start_clock + end > now and at is None):
+                continue  # its end lies past the story, and nothing was done yet
+            leaks += 1
+            margin = 600 if lab["kind"] == "leak" else 0
+            if at is not None and at <= end - margin:
                 caught += 1
-                leads.append(lab["oom_at_s"] - at)
-            elif lab["kind"] == "plasma_leak" and at <= lab["plasma_full_at_s"]:
-                caught += 1
-                leads.append(lab["plasma_full_at_s"] - at)
-        rotated = len(w.events("WorkerRotated"))
-        return {"workers": self.args.workers, "leaks": len(leaking), "caught": caught,
+                leads.append(end - at)
+        status = (w.api.get("memoryguards", "default", "demo-guard") or {}).get("status") or {}
+        reviews = {k: {"verdict": r.get("verdict"), "reverted": r.get("reverted", ""), "message": r.get("message")}
+                   for k, r in (status.get("remediations") or {}).items()}
+        return {"workers": self.args.workers * len(CAST), "pods": len([p for p in self.assigned if "-head-" not in p]),
+                "leaks": leaks, "caught": caught,
                 "rotations": len(w.api.evictions), "false_rotations": false_rotations,
                 "remediations": len(w.events("RemediationApplied")), "duration_s": round(duration, 1),
-                "replaced": rotated, "min_lead_h": round(min(leads) / 3600, 2) if leads else None,
-                "plain_deletes": len([d for d in w.api.deletes if d[0] == "pods"])}
+                "replaced": len(w.events("WorkerRotated")), "min_lead_h": round(min(leads) / 3600, 2) if leads
+                else None, "plain_deletes": len([d for d in w.api.deletes if d[0] == "pods"]),
+                "simulated_h": round((now - w.epoch) / 3600, 1), "reviews": reviews}
 
     def plot(self, w: World, out: str) -> None:
         import matplotlib
@@ -196,6 +260,8 @@ class Demo:
         # the operator's clock time of their Event.
         remedied = [((w.clock(_wall(e["firstTimestamp"])) - w.epoch) / 3600, e["message"].split(":", 1)[0][:40])
                     for e in w.events("RemediationApplied")]
+        reverted = [((w.clock(_wall(e["firstTimestamp"])) - w.epoch) / 3600, e["message"].split(" (", 1)[0][:40])
+                    for e in w.events("RemediationReverted")]
         for ax, name in zip(axes[:, 0], names):
             sc = w.sidecars.get(name)
             if sc is None:
@@ -211,8 +277,13 @@ class Demo:
                     label="object store")
             if name in evicted:
                 mark(ax, (w.clock(evicted[name]) - w.epoch) / 3600, "rotate", "rotated")
+            group = self.groups.get(name, "")
             for t, what in remedied:
-                mark(ax, t, "remediate", what)
+                if f"group {group} " in what + " ":
+                    mark(ax, t, "remediate", what)
+            for t, what in reverted:
+                if f"group {group} " in what + " ":
+                    mark(ax, t, "revert", what)
             ax.set_title(f"{name}: {self.assigned[name]}", fontsize=8, loc="left")
             ax.set_ylabel("GiB", fontsize=7)
             ax.tick_params(labelsize=7)
@@ -232,8 +303,9 @@ def cluster(workers: int) -> dict[str, Any]:
     return {"metadata": {"name": "demo-cluster", "namespace": "default"}, "spec": {
         "rayVersion": "2.52.0",
         "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [c("ray-head", "32Gi")]}}},
-        "workerGroupSpecs": [{"groupName": "workers", "replicas": workers, "minReplicas": 1, "maxReplicas": 40,
-                              "rayStartParams": {}, "template": {"spec": {"containers": [c("ray-worker", "64Gi")]}}}]}}
+        "workerGroupSpecs": [{"groupName": group, "replicas": workers, "minReplicas": 1, "maxReplicas": 12,
+                              "rayStartParams": {}, "template": {"spec": {"containers": [c("ray-worker", "64Gi")]}}}
+                             for group in CAST]}}
 
 
 def guard() -> dict[str, Any]:
@@ -242,7 +314,10 @@ def guard() -> dict[str, Any]:
         "sampling": {"intervalSeconds": 300, "sidecarPort": SIDECAR_PORT, "timeoutSeconds": 2},
         "policy": {"staleAfterSeconds": 1800},
         "rotation": {"maxUnavailable": 1, "cooldownSeconds": 600, "replacementTimeoutSeconds": 3600},
-        "remediation": {"jemalloc": {"mode": "auto"}, "spilling": {"mode": "auto"}}}}
+        # Judged two hours after it is applied, on two pods of its template;
+        # undone if it changed nothing.
+        "remediation": {"jemalloc": {"mode": "auto"}, "spilling": {"mode": "auto"},
+                        "review": {"afterSeconds": 7200, "minPods": 2, "revert": "ineffective"}}}}
 
 
 def main(argv: list[str]) -> int:
@@ -261,13 +336,19 @@ def main(argv: list[str]) -> int:
         print(json.dumps(summary))
         return 1 if missed else 0
     print("\n".join(demo.log))
-    print(f"\nsummary: {summary['workers']} workers, {summary['leaks']} leaking: {summary['caught']} caught before "
+    print(f"\nsummary: {summary['workers']} workers ({summary['pods']} worker pods with their replacements) in "
+          f"{summary['simulated_h']} h, {summary['leaks']} leaking: "
+          f"{summary['caught']} caught before "
           f"their OOM (min lead {'-' if summary['min_lead_h'] is None else str(summary['min_lead_h']) + ' h'}), "
           f"{summary['rotations']} rotation(s), "
           f"{summary['false_rotations']} false, {summary['replaced']} replaced, {summary['remediations']} "
           f"remediation(s) applied, {summary['duration_s']:.0f} s")
     if args.plot:
         print(f"timeline: {args.plot}")
+    if args.heatmap:
+        print(f"heat map: {args.heatmap}")
+    for key, r in summary["reviews"].items():
+        print(f"review of {key}: {r['verdict']}: {r['message']}{'; ' + r['reverted'] if r['reverted'] else ''}")
     if demo.evidence:
         print("\nthe evidence kept before the latest rotation (memoryguard-kuberay forensics POD):")
         print(demo.evidence, end="")

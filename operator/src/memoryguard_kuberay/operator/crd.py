@@ -83,6 +83,11 @@ def status_schema() -> dict[str, Any]:
                         "evictions in the last hour."),
         forensics=_open("The latest evidence kept before a rotation: its ConfigMap, pod, time and size."),
         remembered=_open("What the guard has said and done besides rotations, read back after a restart."),
+        remediations=_open("Each applied remediation (cluster/group/kind) and its review: when it was applied, "
+                           "the env it set, each pod's creep before it and on its template (bytes an hour), the "
+                           "verdict (Pending, Effective, NoEffect, Worse) and why, and whether it was reverted."),
+        templates=_open("Per worker group, per template revision (a hash of the Ray container's image, command, "
+                        "env and resources): its pods and their median creep, bytes an hour."),
         lastAction={"type": "string", "nullable": True, "description": "The last Event's reason and message."},
         lastActionBrief={"type": "string", "nullable": True,
                          "description": "The last action's reason and object, at most 60 characters."},

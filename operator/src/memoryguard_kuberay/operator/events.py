@@ -18,6 +18,10 @@ class EventReason(str, enum.Enum):
     REMEDIATION_APPLIED = "RemediationApplied"
     REMEDIATION_FAILED = "RemediationFailed"
     REMEDIATION_RECOMMENDED = "RemediationRecommended"
+    REMEDIATION_EFFECTIVE = "RemediationEffective"
+    REMEDIATION_INEFFECTIVE = "RemediationIneffective"  # no effect, or worse
+    REMEDIATION_REVERTED = "RemediationReverted"
+    REMEDIATION_REVERT_FAILED = "RemediationRevertFailed"
     SIDECAR_INJECTED = "SidecarInjected"
     SIDECAR_INJECTION_FAILED = "SidecarInjectionFailed"
     SIDECAR_REMOVED = "SidecarRemoved"
@@ -32,5 +36,6 @@ class EventReason(str, enum.Enum):
 
 
 WARNINGS = frozenset({EventReason.DRAIN_FAILED, EventReason.EVICTION_REFUSED, EventReason.ROTATION_FAILED,
-                      EventReason.REMEDIATION_FAILED, EventReason.SIDECAR_INJECTION_FAILED,
+                      EventReason.REMEDIATION_FAILED, EventReason.REMEDIATION_INEFFECTIVE,
+                      EventReason.REMEDIATION_REVERT_FAILED, EventReason.SIDECAR_INJECTION_FAILED,
                       EventReason.SIDECAR_REMOVAL_FAILED, EventReason.INVALID_SPEC, EventReason.FORENSICS_FAILED})

@@ -25,7 +25,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from memoryguard_kuberay.core.policy import Action, Decision, Reason, RotationHistory, urgency
+from memoryguard_kuberay.core.policy import Action, Decision, Reason, RotationHistory, efficacy, urgency
+from memoryguard_kuberay.core.policy.efficacy import Verdict
 from memoryguard_kuberay.operator import clusters, forensics, guardroster, judging, remediation, rotation
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator import status as st
@@ -77,6 +78,7 @@ class GuardReconciler:
             self.advance_rotations,
             self.take_evidence,
             self.poll_and_decide,
+            self.review_remediations,
             self.summarize,
         ]
         for step in steps:
@@ -258,6 +260,45 @@ class GuardReconciler:
         return decided + Decided((), {"rotations": self.mem.ledger.to_status(),
                                       "remembered": self.mem.remembered.to_status()})
 
+    async def review_remediations(self, run: Run) -> Decided:
+        """Each applied remediation not yet judged: its group's pods on either
+        side of it, by their creep (reviews.py, efficacy.py); once judged, an
+        Event, and an ineffective one undone when the guard asks for it (a
+        revert the API refused for now is tried again next cycle)."""
+        assert run.found is not None
+        found, reviews, spec = run.found, self.mem.reviews, run.found.spec
+        decided = NOTHING
+        for (cluster, group, kind), o in list(reviews.open.items()):
+            if not o.decided:
+                limits = []
+                for p in found.guarded:
+                    track = self.mem.tracks.get(p.uid)
+                    if p.cluster == cluster and p.group == group and track is not None:
+                        o.observe(p.uid, p.remedy_env, efficacy.creep_bytes_per_h(track.window))
+                        if track.window.limit_bytes:
+                            limits.append(track.window.limit_bytes)
+                review = o.judge(now=self.ctx.clock.now(), min_pods=spec.review.min_pods,
+                                 noise_bytes_per_h=spec.policy.min_growth_fraction_per_h * min(limits or [0]),
+                                 after_s=spec.review.after_s)
+                decided += Decided((), {"remediations": reviews.to_status()})
+                if review.verdict is Verdict.PENDING:
+                    continue
+                self.ctx.metrics.reviews.labels(self.namespace, self.name, kind, review.verdict.value).inc()
+                decided += Decided((say(EventReason.REMEDIATION_INEFFECTIVE if review.verdict.ineffective
+                                        else EventReason.REMEDIATION_EFFECTIVE,
+                                        f"{kind} on group {group} of {cluster}: {review.message}",
+                                        found.by_name.get(cluster) or {"metadata": {"name": cluster}}),))
+            assert o.review is not None
+            if o.review.verdict.ineffective and spec.review.revert_ineffective and not o.reverted \
+                    and cluster in found.by_name:
+                o.reverted, said, patched = await remediation.revert(
+                    self.ctx.kube, namespace=self.namespace, rc=found.by_name[cluster], cluster=cluster,
+                    group=group, kind=kind, env=o.env, why=o.review.message)
+                if patched is not None:  # the rest of the cycle patches from what the server now has
+                    found.by_name[cluster] = patched
+                decided += Decided(() if said is None else (said,), {"remediations": reviews.to_status()})
+        return decided
+
     async def summarize(self, run: Run) -> Decided:
         """The status, computed once from what the cycle found and did."""
         assert run.found is not None and run.selected is not None
@@ -266,6 +307,7 @@ class GuardReconciler:
                           pods=run.views, spec_error=None, missing_clusters=run.selected.missing,
                           contested=run.selected.contested, rotations=self.mem.ledger.to_status(),
                           last_action=None, now_iso=iso(run.now), previous=self.mem.status)
+        status["templates"] = st.templates(run.views)
         deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
         self.ctx.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
         return Decided((), status)
@@ -325,8 +367,17 @@ class GuardReconciler:
                                            decision=d, kind=kind)
         if done.mode is not None:  # None: refused by the API, tried again next time
             self.mem.remembered.remediated.add(key)
+        if done.rc is not None:  # the rest of the cycle patches from what the server now has
+            found.by_name[p.cluster] = done.rc
         if done.mode:
             self.ctx.metrics.remediations.labels(self.namespace, self.name, kind, done.mode).inc()
+        if done.env:  # applied: its review starts, the group's pods as they are the "before"
+            tracks = self.mem.tracks
+            self.mem.reviews.start(key, done.env, now=self.ctx.clock.now(), creeps=[
+                (q.uid, efficacy.creep_bytes_per_h(tracks[q.uid].window)) for q in found.guarded
+                if q.cluster == p.cluster and q.group == p.group and q.uid in tracks])
+            return Decided(done.says, {"remembered": self.mem.remembered.to_status(),
+                                       "remediations": self.mem.reviews.to_status()})
         return Decided(done.says, {"remembered": self.mem.remembered.to_status()})
 
     def history_for(self, p: pi.PodInfo, now: float, groups: Groups) -> RotationHistory:
@@ -375,4 +426,5 @@ class GuardReconciler:
 
 def _view(j: Judged) -> st.PodView:
     t = j.track
-    return st.PodView(j.pod.name, j.pod.group, j.decisions[0], t.error, t.blind, t.failure)
+    return st.PodView(j.pod.name, j.pod.group, j.decisions[0], t.error, t.blind, t.failure, j.pod.template,
+                      efficacy.creep_bytes_per_h(t.window))

@@ -91,6 +91,15 @@ class Forensics:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReviewSpec:
+    """When a remediation is judged, and whether an ineffective one is undone."""
+
+    after_s: float = 21600.0
+    min_pods: int = 2
+    revert_ineffective: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class GuardSpec:
     selection: Selection
     policy: PolicySettings
@@ -102,6 +111,7 @@ class GuardSpec:
     replacement_timeout_s: float = 900.0
     eviction_timeout_s: float = 600.0
     forensics: Forensics = Forensics()
+    review: ReviewSpec = ReviewSpec()
 
 
 def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFAULT_SIDECAR_IMAGE,
@@ -149,6 +159,9 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
                           tuple(v["workerGroups"] or ()))
     forensics = Forensics(enabled=v["forensics.enabled"], timeout_s=float(v["forensics.timeoutSeconds"]),
                           keep=int(v["forensics.keep"]), call_sites=Mode(v["remediation.callSites.mode"]))
+    review = ReviewSpec(after_s=float(v["remediation.review.afterSeconds"]),
+                        min_pods=int(v["remediation.review.minPods"]),
+                        revert_ineffective=v["remediation.review.revert"] == "ineffective")
     return GuardSpec(selection, policy, sampling, jemalloc, spilling, sidecar, pdb,
                      float(v["rotation.replacementTimeoutSeconds"]), float(v["rotation.evictionTimeoutSeconds"]),
-                     forensics)
+                     forensics, review)

@@ -30,6 +30,7 @@ from memoryguard_kuberay.operator.ledger import Ledger
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.podcache import PodCaches
 from memoryguard_kuberay.operator.remembered import Remembered
+from memoryguard_kuberay.operator.reviews import Reviews
 
 POD_CONNECTIONS = 256  # every guard's polls at once
 
@@ -112,10 +113,11 @@ class Memory:
     settings: PolicySettings | None = None  # the windows' settings: new ones start new windows
     ledger: Ledger = dataclasses.field(default_factory=Ledger)
     remembered: Remembered = dataclasses.field(default_factory=Remembered)
+    reviews: Reviews = dataclasses.field(default_factory=Reviews)  # applied remediations, judged
     status: dict[str, Any] = dataclasses.field(default_factory=dict)  # as last written
     invalid_generation: int | None = None  # the spec generation already reported invalid
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> Memory:
         return cls(ledger=Ledger.from_status(status), remembered=Remembered.from_status(status),
-                   status=json.loads(json.dumps(status)))
+                   reviews=Reviews.from_status(status), status=json.loads(json.dumps(status)))

@@ -278,11 +278,14 @@ class Kube:
         await self.request("PATCH", pod_path(namespace, name), json={"metadata": {"annotations": dict(annotations)}},
                            content_type="application/merge-patch+json")
 
-    async def json_patch_raycluster(self, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
+    async def json_patch_raycluster(self, namespace: str, name: str,
+                                    ops: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         """Targeted JSON patch (never server-side apply: workerGroupSpecs has
-        no list-type, so apply would take the whole list from its owners)."""
-        await self.request("PATCH", _path(RAYCLUSTERS, namespace, name), json=list(ops),
-                           content_type="application/json-patch+json")
+        no list-type, so apply would take the whole list from its owners).
+        Returns the RayCluster as patched (None if the answer is not one)."""
+        doc = await self.request("PATCH", _path(RAYCLUSTERS, namespace, name), json=list(ops),
+                                 content_type="application/json-patch+json")
+        return doc if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) else None
 
     async def evict(self, namespace: str, name: str) -> tuple[EvictionAnswer, str]:
         """Ask for an eviction: evicted, already gone (404), or refused for

@@ -24,6 +24,11 @@ NO_TOKEN_VOLUME = "memoryguard-no-token"
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 INJECTED_ANNOTATION = "memoryguard.io/injected"
 REMEDIATION_ANNOTATION = "memoryguard.io/remediation"
+# What each remediated variable was before MemoryGuard set it ({group: {name:
+# env entry, or null: absent}}): kept on the RayCluster it was taken from, so
+# a revert gives back exactly that, and only whoever may edit the RayCluster
+# (and so its env anyway) can change what a revert writes.
+PREVIOUS_ANNOTATION = "memoryguard.io/remediation-previous"
 Op = dict[str, Any]
 # Ray's own images run Ray as user "ray": uid 1000, gid 100 ("users"). The
 # sidecar reads the Ray processes' cgroup through /proc/<pid>/root, which
@@ -90,10 +95,40 @@ def env_ops(container_path: str, container: Mapping[str, Any], wanted: Mapping[s
     return ops
 
 
+def _annotation_map(rc: Mapping[str, Any], key: str) -> dict[str, Any]:
+    raw = ((rc.get("metadata") or {}).get("annotations") or {}).get(key)
+    try:
+        doc = json.loads(raw) if isinstance(raw, str) else {}
+    except ValueError:
+        doc = {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _annotation_ops(rc: Mapping[str, Any], values: Mapping[str, str]) -> list[Op]:
+    annotations = (rc.get("metadata") or {}).get("annotations")
+    if annotations is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(values)}]
+    return [{"op": "add", "path": f"/metadata/annotations/{_esc(k)}", "value": v} for k, v in values.items()]
+
+
+def _unchanged(rc: Mapping[str, Any]) -> list[Op]:
+    """A ``test`` that the RayCluster is the one read (its resourceVersion):
+    the remediation annotations are rewritten whole from it, so two patches
+    computed from one read (two groups remediated in one cycle) would keep
+    only the second's record. The server refuses a stale one (422)."""
+    rv = (rc.get("metadata") or {}).get("resourceVersion")
+    return [{"op": "test", "path": "/metadata/resourceVersion", "value": rv}] if isinstance(rv, str) and rv else []
+
+
+def _compact(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
 def remediation_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str, str], *, record: str) -> list[Op]:
     """Ops setting ``wanted_env`` on the Ray container of a worker group, and
-    recording what and why in the RayCluster's annotation. Empty when the
-    env already holds it (idempotent)."""
+    recording what and why in the RayCluster's annotation, and what each
+    variable was before (for a revert). Empty when the env already holds it
+    (idempotent)."""
     found = _worker_group(rc, group)
     if found is None:
         return []
@@ -105,22 +140,63 @@ def remediation_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str
     ops = env_ops(cpath, containers[RAY_CONTAINER], wanted_env)
     if not ops:
         return []
-    annotations = (rc.get("metadata") or {}).get("annotations")
-    history = {}
-    if annotations and REMEDIATION_ANNOTATION in annotations:
-        try:
-            history = json.loads(annotations[REMEDIATION_ANNOTATION])
-        except ValueError:
-            history = {}
-    history = history if isinstance(history, dict) else {}
+    history = _annotation_map(rc, REMEDIATION_ANNOTATION)
     history[group] = {**(history.get(group) or {}), **{k: record for k in wanted_env}}
-    value = json.dumps(history, sort_keys=True, separators=(",", ":"))
-    guard = [{"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group}]
-    if annotations is None:
-        note: Op = {"op": "add", "path": "/metadata/annotations", "value": {REMEDIATION_ANNOTATION: value}}
+    previous = _annotation_map(rc, PREVIOUS_ANNOTATION)
+    was_raw = previous.get(group)
+    was: dict[str, Any] = was_raw if isinstance(was_raw, dict) else {}
+    env = {e.get("name"): e for e in containers[RAY_CONTAINER].get("env") or []}
+    # The first value seen is the user's: a second remediation of the same
+    # variable (LD_PRELOAD) must not take MemoryGuard's own as "before".
+    previous[group] = {**{k: env.get(k) for k in wanted_env}, **was}
+    guard = [*_unchanged(rc), {"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group}]
+    notes = _annotation_ops(rc, {REMEDIATION_ANNOTATION: _compact(history), PREVIOUS_ANNOTATION: _compact(previous)})
+    return [*guard, *ops, *notes]
+
+
+def revert_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str, str]) -> list[Op] | str:
+    """Ops undoing a remediation exactly: each variable back to what the
+    RayCluster's annotation says it was (removed where it was absent), each
+    guarded by a ``test`` that it still holds what MemoryGuard set (a value
+    someone changed since is theirs: the server refuses the patch). A
+    string says why there is nothing to undo."""
+    found = _worker_group(rc, group)
+    if found is None:
+        return f"the RayCluster has no worker group {group} any more"
+    i, g = found
+    containers = ((g.get("template") or {}).get("spec") or {}).get("containers") or []
+    env = list((containers[RAY_CONTAINER] if containers else {}).get("env") or [])
+    was = _annotation_map(rc, PREVIOUS_ANNOTATION).get(group)
+    if not isinstance(was, dict) or not all(k in was for k in wanted_env):
+        return f"the RayCluster's {PREVIOUS_ANNOTATION} annotation does not say what group {group} had before"
+    cpath = f"/spec/workerGroupSpecs/{i}/template/spec/containers/{RAY_CONTAINER}/env"
+    ops: list[Op] = [*_unchanged(rc), {"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group}]
+    removals: list[int] = []
+    for name, value in wanted_env.items():
+        idx = next((n for n, e in enumerate(env) if e.get("name") == name), None)
+        if idx is None or env[idx].get("value") != value:
+            return f"{name} in group {group} is no longer what MemoryGuard set: left as it is"
+        ops.append({"op": "test", "path": f"{cpath}/{idx}", "value": env[idx]})
+        before = was[name]
+        if isinstance(before, dict) and isinstance(before.get("name"), str):
+            ops.append({"op": "replace", "path": f"{cpath}/{idx}", "value": before})
+        else:
+            removals.append(idx)
+    if removals and len(removals) == len(env):
+        ops.append({"op": "remove", "path": cpath})  # nothing left: the template had no env
     else:
-        note = {"op": "add", "path": f"/metadata/annotations/{_esc(REMEDIATION_ANNOTATION)}", "value": value}
-    return [*guard, *ops, note]
+        # Highest index first: each removal leaves the indices before it as they were.
+        ops += [{"op": "remove", "path": f"{cpath}/{idx}"} for idx in sorted(removals, reverse=True)]
+    history = _annotation_map(rc, REMEDIATION_ANNOTATION)
+    previous = _annotation_map(rc, PREVIOUS_ANNOTATION)
+    for doc in (history, previous):
+        left = {k: v for k, v in (doc.get(group) or {}).items() if k not in wanted_env}
+        if left:
+            doc[group] = left
+        else:
+            doc.pop(group, None)
+    return ops + _annotation_ops(rc, {REMEDIATION_ANNOTATION: _compact(history),
+                                      PREVIOUS_ANNOTATION: _compact(previous)})
 
 
 # -- sidecar injection --------------------------------------------------------

@@ -4,6 +4,8 @@ Purely computational."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +27,12 @@ LABEL_GROUP = "ray.io/group"
 HEAD_GROUP = "headgroup"  # KubeRay labels the head pod with this group name
 LABEL_IS_RAY_NODE = "ray.io/is-ray-node"
 SIDECAR_NAME = "memoryguard-sidecar"  # the container the operator injects
+# The env a remediation sets, read off a pod's Ray container: which pods run
+# the remediated template (the review compares them with those before).
+REMEDY_ENV_PREFIXES = ("LD_PRELOAD", "MALLOC_CONF", "RAY_object_spilling", "RAY_min_spilling_size",
+                       "RAY_record_ref_creation_sites")
+MAX_ENV_READ = 256  # a Ray container's env entries read (the rest of a hostile pod's is not looked at)
+MAX_VALUE = 1024  # characters of one value kept
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +52,11 @@ class PodInfo:
     # The pod runs the sidecar the operator injects, which knows its pod's
     # uid (downward API): its answers must name it.
     injected_sidecar: bool = False
+    # Of the Ray container: the remediation env it runs with, and a short hash
+    # of what its template gave it (image, command, args, env, resources): pods
+    # of one template revision share it, so their creep can be compared.
+    remedy_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    template: str = ""
 
     @property
     def rotation_phase(self) -> str | None:
@@ -79,7 +92,24 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         annotations={str(k): v[:MAX_ANNOTATION] for k, v in ann.items()
                      if isinstance(v, str) and str(k).startswith(ANN_PREFIX)},
         injected_sidecar=any(_obj(c).get("name") == SIDECAR_NAME for c in _containers(pod)),
+        **_ray_container(pod),
     )
+
+
+def _ray_container(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """remedy_env and template of the Ray container (KubeRay's first)."""
+    containers = _obj(pod.get("spec")).get("containers")
+    ray = _obj(containers[0]) if isinstance(containers, list) and containers else {}
+    raw_env = ray.get("env")
+    env = [_obj(e) for e in (raw_env if isinstance(raw_env, list) else [])[:MAX_ENV_READ]]
+    remedy = {str(e["name"]): e["value"][:MAX_VALUE] for e in env if isinstance(e.get("name"), str)
+              and isinstance(e.get("value"), str) and e["name"].startswith(REMEDY_ENV_PREFIXES)}
+    if not ray:
+        return {"remedy_env": remedy, "template": ""}
+    shape = {k: ray.get(k) for k in ("image", "command", "args", "resources")}
+    shape["env"] = [[str(e.get("name"))[:MAX_VALUE], str(e.get("value", e.get("valueFrom")))[:MAX_VALUE]] for e in env]
+    digest = hashlib.sha256(json.dumps(shape, sort_keys=True, default=str)[:1 << 20].encode()).hexdigest()
+    return {"remedy_env": remedy, "template": digest[:10]}
 
 
 def _containers(pod: Mapping[str, Any]) -> list[Any]:

@@ -7,6 +7,7 @@ pods get it as they are replaced), as the guard's spec says."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,6 +19,8 @@ from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import GuardSpec, Mode
 from memoryguard_kuberay.operator.kube import ApiError, Kube
 
+log = logging.getLogger("memoryguard_kuberay.operator")
+
 
 @dataclasses.dataclass(frozen=True)
 class Remedied:
@@ -27,6 +30,8 @@ class Remedied:
 
     mode: str | None
     says: tuple[Say, ...] = ()
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # what it set (mode "auto")
+    rc: Mapping[str, Any] | None = None  # the RayCluster as the patch left it, for the rest of the cycle
 
 
 async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[str, Any], pod: pi.PodInfo,
@@ -52,8 +57,27 @@ async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[
     if not ops:
         return Remedied("")
     try:
-        await kube.json_patch_raycluster(namespace, pod.cluster, ops)
+        patched = await kube.json_patch_raycluster(namespace, pod.cluster, ops)
     except ApiError as e:
         return Remedied(None, (say(EventReason.REMEDIATION_FAILED, f"{where}: {e}", rc),))
     return Remedied(str(mode.value), (say(EventReason.REMEDIATION_APPLIED, f"{where}: set {what} in the pod "
-                                          f"template ({why}); pods get it as they are replaced", rc),))
+                                          f"template ({why}); pods get it as they are replaced", rc),), env, patched)
+
+
+async def revert(kube: Kube, *, namespace: str, rc: Mapping[str, Any], cluster: str, group: str, kind: str,
+                 env: Mapping[str, str], why: str) -> tuple[str, Say | None, Mapping[str, Any] | None]:
+    """Undo a remediation judged ineffective (patches.revert_patch): what
+    was done, in words ("" when the API refused it for now: tried again next
+    cycle, no Event), its Event, and the RayCluster as the patch left it."""
+    where = f"{kind} on group {group} of {cluster}"
+    ops = patches.revert_patch(rc, group, env)
+    if isinstance(ops, str):
+        return f"not reverted: {ops}", say(EventReason.REMEDIATION_REVERT_FAILED, f"{where}: {ops}", rc), None
+    try:
+        patched = await kube.json_patch_raycluster(namespace, cluster, ops)
+    except ApiError as e:
+        log.warning("%s: %s: revert refused for now, tried again next cycle: %s", namespace, where, e)
+        return "", None, None
+    return "reverted", say(EventReason.REMEDIATION_REVERTED, f"{where} undone ({why}): the pod template has what "
+                                                             f"it had before; pods get it as they are replaced",
+                           rc), patched

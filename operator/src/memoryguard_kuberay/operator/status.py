@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memoryguard_kuberay.core.policy import Action, Decision, Reason, urgency
+from memoryguard_kuberay.core.policy.trend import median
 from memoryguard_kuberay.operator import ledger
 from memoryguard_kuberay.operator.decided import BRIEF_MAX
 from memoryguard_kuberay.operator.sidecar_client import PollFailure
@@ -37,6 +38,8 @@ class PodView:
     sidecar_error: str | None
     blind: bool = False  # its sidecar answers, but reads no memory (source "none")
     failure: PollFailure | None = None  # why its last poll brought no samples
+    template: str = ""  # the pod's template revision (podinfo.PodInfo.template)
+    creep_bytes_per_h: float | None = None  # its trend, once it spans the policy's minimum
 
 
 def condition(kind: str, ok: bool, reason: str, message: str, now_iso: str,
@@ -63,6 +66,22 @@ def pod_status(v: PodView) -> dict[str, Any]:
         **({"sidecarError": v.sidecar_error[:MESSAGE_MAX]} if v.sidecar_error else {}),
         **({"pollFailure": v.failure.value} if v.failure and v.sidecar_error else {}),
     }
+
+
+MAX_TEMPLATE_GROUPS = 20
+MAX_TEMPLATES = 8  # per group: the newest revisions a rollout leaves side by side
+
+
+def templates(pods: Sequence[PodView]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per group, per template revision: its pods with a trend and their
+    median creep (which revisions leak more than others)."""
+    by: dict[str, dict[str, list[float]]] = {}
+    for v in pods:
+        if v.template and v.creep_bytes_per_h is not None:
+            by.setdefault(v.group, {}).setdefault(v.template, []).append(v.creep_bytes_per_h)
+    return {g: {t: {"pods": len(c), "creepBytesPerHour": round(median(c))}
+                for t, c in sorted(revs.items())[:MAX_TEMPLATES]}
+            for g, revs in sorted(by.items())[:MAX_TEMPLATE_GROUPS]}
 
 
 def merge_patch(old: Any, new: Any) -> Any:

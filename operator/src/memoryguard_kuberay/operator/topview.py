@@ -79,6 +79,20 @@ def pod_lines(guards: Iterable[Mapping[str, Any]]) -> list[PodLine]:
     return sorted(out, key=lambda p: (p.eta_s is None, p.eta_s or 0.0, -(p.used or 0.0), p.namespace, p.pod))
 
 
+def group_risk(guards: Iterable[Mapping[str, Any]]) -> dict[str, float | None]:
+    """One heat-map column: per worker group ("namespace/guard group"), the
+    nearest projected OOM of its pods (None: none of them is growing)."""
+    out: dict[str, float | None] = {}
+    for p in pod_lines(guards):
+        row = f"{p.namespace}/{p.guard} {p.group}"
+        if p.eta_s is not None:
+            known = out.get(row)
+            out[row] = p.eta_s if known is None else min(known, p.eta_s)
+        else:
+            out.setdefault(row, None)
+    return out
+
+
 def actions(guards: Iterable[Mapping[str, Any]]) -> list[tuple[float, str]]:
     """(when, what) of each guard's rotations, in flight and ended, newest
     first; ``when`` on the operator's clock (epoch seconds)."""

@@ -62,9 +62,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="minimum seconds between object store scrapes (Ray refreshes about every 10 s)")
     p.add_argument("--shm-path", default=_env("shm_path", "/dev/shm"),
                    help="where Plasma's shared memory is mounted (default /dev/shm)")
-    p.add_argument("--process-scope", choices=("pod", "session"), default=_env("process_scope", "pod"),
-                   help="which processes /v1/processes lists: every one it sees (pod: in a pod, the pod's), or "
-                        "only its own session's (session: a simulated pod on a shared machine)")
+    p.add_argument("--process-scope", choices=("pod", "session", "cgroup"), default=_env("process_scope", "pod"),
+                   help="which processes /v1/processes lists: every one it sees (pod: in a pod, the pod's), only "
+                        "its own session's (session: a simulated pod on a shared machine), or only those in the "
+                        "cgroup it reads (cgroup: with --cgroup-root, where /proc shows the host's)")
     p.add_argument("--max-connections", type=int, default=_env("max_connections", str(MAX_CONNECTIONS)),
                    help="open connections at most; past it the longest idle one is closed for a new one")
     p.add_argument("--replay", default=_env("replay", None), metavar="TRACE.csv",
@@ -195,12 +196,24 @@ class Sidecar(Routes, sidecar_metrics.StateView):
         self._scanning = True
         try:
             session = os.getsid(0) if self.args.process_scope == "session" else None
-            doc = await asyncio.to_thread(top_processes, proc_root=self.args.proc_root, session=session)
+            doc = await asyncio.to_thread(top_processes, proc_root=self.args.proc_root, session=session,
+                                          cgroup=self.scope_cgroup())
         finally:
             self._scanning = False
         doc = {"time": time.time(), **doc}
         self._processes = (time.monotonic(), doc)
         return doc
+
+    def scope_cgroup(self) -> str | None:
+        """With --process-scope cgroup: the path in its hierarchy of the
+        cgroup read (``--cgroup-root`` below /sys/fs/cgroup[/memory])."""
+        if self.args.process_scope != "cgroup" or not self.args.cgroup_root:
+            return None
+        root = os.path.realpath(self.args.cgroup_root)
+        for mount in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup"):
+            if root == mount or root.startswith(mount + "/"):
+                return root[len(mount):] or "/"
+        return "/"
 
     def metrics(self) -> bytes:
         return sidecar_metrics.render(self)

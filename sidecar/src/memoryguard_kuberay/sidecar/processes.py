@@ -86,14 +86,39 @@ def _session_of(pid: int) -> int | None:
         return None
 
 
+def memory_cgroup_of(pid: int, proc_root: str = "/proc") -> str | None:
+    """The process's memory cgroup, as /proc/<pid>/cgroup names it (v1's
+    memory controller line, else v2's unified one)."""
+    try:
+        with open(f"{proc_root}/{pid}/cgroup", encoding="utf-8", errors="replace") as f:
+            lines = f.read(65536).splitlines()
+    except OSError:
+        return None
+    unified = None
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if "memory" in controllers.split(","):
+            return path
+        if controllers == "":
+            unified = path
+    return unified
+
+
+def in_cgroup(path: str | None, cgroup: str) -> bool:
+    return path is not None and (path == cgroup or path.startswith(cgroup.rstrip("/") + "/"))
+
+
 def top_processes(*, proc_root: str = "/proc", limit: int = LIMIT, max_scan: int = MAX_SCAN,
                   budget_s: float = BUDGET_S, exclude: frozenset[int] = frozenset(),
-                  clock: Callable[[], float] = time.monotonic, session: int | None = None) -> dict[str, Any]:
+                  clock: Callable[[], float] = time.monotonic, session: int | None = None,
+                  cgroup: str | None = None) -> dict[str, Any]:
     """The ``limit`` processes with the most unique memory (USS), and how
     the scan went: how many there were, how many were read, and why the scan
     stopped early if it did. ``session``: only the processes of that session
     (a simulated pod on a shared machine, where /proc is everyone's; in a
-    real pod the PID namespace is the pod's)."""
+    real pod the PID namespace is the pod's). ``cgroup``: only the processes
+    in that memory cgroup or below it (its path in the hierarchy: the one
+    whose memory the sidecar reads, where /proc shows others too)."""
     t0 = clock()
     psutil.PROCFS_PATH = proc_root  # the sidecar has one process root
     try:
@@ -105,6 +130,8 @@ def top_processes(*, proc_root: str = "/proc", limit: int = LIMIT, max_scan: int
         exclude = exclude | {os.getpid()}
     else:
         pids = [p for p in pids if _session_of(p) == session]
+    if cgroup is not None:
+        pids = [p for p in pids if in_cgroup(memory_cgroup_of(p, proc_root), cgroup)]
     rows: list[ProcessMemory] = []
     scanned = 0
     stopped = None

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Line:
     slope: float  # units per second
     intercept: float  # value at t = 0
