@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from memoryguard_kuberay.core import heatmap
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,8 +45,11 @@ def test_every_query_names_only_series_the_operator_exports() -> None:
 def test_the_heat_map_panel_rows_are_groups_coloured_by_time_to_oom() -> None:
     panel = next(p for p in json.loads(DASHBOARD.read_text())["panels"] if p["type"] == "status-history")
     assert "memoryguard_group_projected_oom_seconds" in panel["targets"][0]["expr"]
-    steps = [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
-    assert steps == [None, 3600, 21600, 86400]  # the bands of core/heatmap.py: 1 h, 6 h, a day
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    # The bands and colours of core/heatmap.py (simulate's and top's heat maps): one scale everywhere.
+    bands = [(None, heatmap.BANDS[0][2])] + [(int(upper * 3600), colour) for (upper, _, _), (_, _, colour)
+                                             in zip(heatmap.BANDS, heatmap.BANDS[1:])]
+    assert [(s["value"], s["color"]) for s in steps] == bands
 
 
 def test_every_query_is_promql_promtool_accepts(tmp_path: Path) -> None:

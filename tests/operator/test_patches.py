@@ -171,3 +171,12 @@ def test_a_stale_patch_is_refused() -> None:
     rc["spec"]["workerGroupSpecs"][0]["groupName"] = "renamed"  # someone else changed the list meanwhile
     with pytest.raises(PatchError, match="test failed"):
         json_patch(rc, ops)
+
+
+def test_the_pods_remediation_env_is_read_by_the_names_the_remediations_set() -> None:
+    """podinfo reads a pod's remediation env by name prefix (the review tells
+    the remediated template by it): every variable a remediation sets is read."""
+    from memoryguard_kuberay.operator import podinfo
+
+    names = {*patches.jemalloc_env(Jemalloc(), None), *patches.spilling_env(Spilling()), *patches.CALL_SITES_ENV}
+    assert all(n.startswith(podinfo.REMEDY_ENV_PREFIXES) for n in names), names

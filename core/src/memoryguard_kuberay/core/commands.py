@@ -45,8 +45,15 @@ class UsageError(Exception):
 
 def load_guard_settings(path: str | None) -> PolicySettings:
     """A MemoryGuard manifest (or just its spec) to policy settings."""
+    return load_guard(path)[0]
+
+
+def load_guard(path: str | None) -> tuple[PolicySettings, dict[str, Any]]:
+    """A MemoryGuard manifest (or just its spec) read once: its policy
+    settings, and every other field's value by dotted path (specfields.read;
+    the defaults without a guard)."""
     if path is None:
-        return PolicySettings()
+        return PolicySettings(), specfields.read({}, PolicySettings())[0]
     try:
         if not Path(path).is_file():
             raise UsageError(f"{path}: not a regular file" if Path(path).exists() else f"{path}: No such file")
@@ -68,13 +75,13 @@ def load_guard_settings(path: str | None) -> PolicySettings:
     except SettingsError as exc:
         problems += exc.problems
         settings = PolicySettings()
-    found = specfields.read(spec, settings)[1]
+    values, found = specfields.read(spec, settings)
     if "clusterSelector" not in spec:  # a policy alone is enough to replay; which clusters is the operator's
         found = [p for p in found if not p.startswith("spec.clusterSelector")]
     problems += found
     if problems:
         raise UsageError(f"{path}: " + "; ".join(problems))
-    return settings
+    return settings, values
 
 
 def load_traces(paths: Sequence[str]) -> list[Trace]:
@@ -150,31 +157,20 @@ def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: st
     return 0
 
 
-def review_settings(path: str | None) -> tuple[int, float]:
-    """The guard's ``remediation.review`` (min pods, seconds): its defaults
-    without a guard. Read after ``load_guard_settings`` checked the file."""
-    spec: dict[str, Any] = {}
-    if path is not None:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-        spec = doc.get("spec", doc)
-    v, _ = specfields.read(spec, PolicySettings.from_spec(specfields.policy_part(spec)))
-    return int(v["remediation.review.minPods"]), float(v["remediation.review.afterSeconds"])
-
-
 def compare(before: Sequence[str], after: Sequence[str], *, guard: str | None, as_json: bool,
             out: IO[str] = sys.stdout) -> int:
     """``simulate --before ... --after ...``: a remediation's review, as the
     operator gives it (efficacy.judge), on traces of the pods before it and
     on its template. The time watched is the longest after trace."""
-    settings = load_guard_settings(guard)
-    min_pods, review_after_s = review_settings(guard)
-    sides = {name: [replay(tr.name, tr.samples, settings) for tr in load_traces(paths)]
-             for name, paths in (("before", before), ("after", after))}
+    settings, values = load_guard(guard)
+    min_pods = int(values["remediation.review.minPods"])
+    review_after_s = float(values["remediation.review.afterSeconds"])
+    traces = {"before": load_traces(before), "after": load_traces(after)}
+    sides = {name: [replay(tr.name, tr.samples, settings) for tr in trs] for name, trs in traces.items()}
     creeps = {name: [r.creep_bytes_per_h for r in reps if r.creep_bytes_per_h is not None]
               for name, reps in sides.items()}
     limits = [r.limit_bytes for reps in sides.values() for r in reps if r.limit_bytes]
-    watched = max((tr.samples[-1].time_s - tr.samples[0].time_s for tr in load_traces(after) if tr.samples),
+    watched = max((tr.samples[-1].time_s - tr.samples[0].time_s for tr in traces["after"] if tr.samples),
                   default=0.0)
     review = efficacy.judge(creeps["before"], creeps["after"],
                             noise_bytes_per_h=settings.min_growth_fraction_per_h * (min(limits) if limits else 0),
