@@ -31,6 +31,7 @@ from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.podcache import PodCaches
 from memoryguard_kuberay.operator.remembered import Remembered
 from memoryguard_kuberay.operator.reviews import Reviews
+from memoryguard_kuberay.operator.shards import AllShards, ShardKeeper
 
 POD_CONNECTIONS = 256  # every guard's polls at once
 
@@ -49,6 +50,8 @@ class OperatorContext:
     trust: Trust | None = None  # the installer's limits on guards (trust.py)
     ray_forensics: bool = True  # Ray's GCS is reachable (MEMORYGUARD_DRAIN): list objects by call site
     roster: guardroster.GuardRoster = dataclasses.field(default=None)  # type: ignore[assignment]
+    # Which guards this replica acts on (all, or its shards' on Leases).
+    shards: AllShards | ShardKeeper = dataclasses.field(default_factory=AllShards)
     # Connections to pods at once, across every guard: each is a descriptor.
     pod_slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(POD_CONNECTIONS))
     # And per namespace (a tenant): pods that hang, however many guards poll
