@@ -49,6 +49,7 @@ TARGETS = {"cpu_share": 1.0, "peak_rss_mib": 500.0, "p99_s": 1.0, "max_gap_s": 2
 POLLED: dict[str, float] = {}  # pod IP -> when its sidecar was last asked
 GAPS: dict[str, float] = {}  # pod IP -> the longest gap between two asks while measuring
 MEASURING = {"on": False}
+KEEP_ALIVE = {"on": True}  # --no-keep-alive: every ask on a new connection, as before issue 25
 HERE_MAX = 10000  # pods whose sidecars one process serves
 
 
@@ -177,22 +178,29 @@ def worker_pod(name: str, cluster: str, group: str, ip: str) -> dict[str, Any]:
 
 
 async def sidecar(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A pod's sidecar as the operator sees one: a fresh sample per ask, the
+    connection kept when the ask says keep-alive (as the real sidecar does)."""
     try:
-        await reader.readuntil(b"\r\n\r\n")
-        now = time.time()
-        ip = writer.get_extra_info("sockname")[0]
-        if MEASURING["on"] and ip in POLLED:
-            GAPS[ip] = max(GAPS.get(ip, 0.0), now - POLLED[ip])
-        POLLED[ip] = now
-        ws = int(20 * GIB + (hash((writer.get_extra_info("sockname")[0], int(now / 15))) % 1000) * 1024 * 1024)
-        sample = {"time": now, "memory_current": ws + GIB, "memory_max": 64 * GIB, "anon": ws, "file": 2 * GIB,
-                  "inactive_file": GIB, "shmem": GIB, "working_set": ws, "plasma_used": 2 * GIB,
-                  "plasma_capacity": 16 * GIB, "psi_some_avg10": 0.1, "psi_full_avg10": 0.0, "oom_kill": 0}
-        body = json.dumps({"source": "bench", "samples": [sample]}).encode()
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        await writer.drain()
-    except (ConnectionError, asyncio.IncompleteReadError):
+        while True:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+            now = time.time()
+            ip = writer.get_extra_info("sockname")[0]
+            if MEASURING["on"] and ip in POLLED:
+                GAPS[ip] = max(GAPS.get(ip, 0.0), now - POLLED[ip])
+            POLLED[ip] = now
+            ws = int(20 * GIB + (hash((ip, int(now / 15))) % 1000) * 1024 * 1024)
+            sample = {"time": now, "memory_current": ws + GIB, "memory_max": 64 * GIB, "anon": ws, "file": 2 * GIB,
+                      "inactive_file": GIB, "shmem": GIB, "working_set": ws, "plasma_used": 2 * GIB,
+                      "plasma_capacity": 16 * GIB, "psi_some_avg10": 0.1, "psi_full_avg10": 0.0, "oom_kill": 0}
+            body = json.dumps({"source": "bench", "samples": [sample]}).encode()
+            keep = b"keep-alive" in head.lower() and KEEP_ALIVE["on"]
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: "
+                         + (b"keep-alive" if keep else b"close")
+                         + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            await writer.drain()
+            if not keep:
+                return
+    except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
         pass
     finally:
         writer.close()

@@ -92,6 +92,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         task.cancel()
     if ctx is not None:
         await ctx.shards.close()  # handed over at once
+        ctx.pod_pool.close()
         await ctx.events.close()
         await ctx.pods.close()
         await ctx.kube.close()
