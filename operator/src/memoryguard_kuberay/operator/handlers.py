@@ -108,7 +108,7 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
     term = -1
     try:
         while not stopped:
-            if not ctx.shards.owns_guard(ns, nm) or ctx.shards.term(ns, nm) != term:
+            if reconciler is None or not ctx.shards.owns_guard(ns, nm) or ctx.shards.term(ns, nm) != term:
                 # Not ours, or ours again after another replica held it: what
                 # this replica knew of the guard is stale; the status is the truth.
                 if reconciler is not None:
@@ -120,7 +120,6 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
                     continue
                 term = ctx.shards.term(ns, nm)
                 reconciler = guarding.GuardReconciler(ctx, ns, nm)
-            assert reconciler is not None
             with ctx.shards.acting(ns, nm):
                 try:
                     delay = await reconciler.cycle(

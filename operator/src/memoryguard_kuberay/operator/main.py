@@ -59,6 +59,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"memoryguard-kuberay operator: {exc}", file=sys.stderr)
         return 2
 
+    _raise_descriptor_limit()
     namespaces: list[str] = list(a.namespace)
     standalone = a.standalone or bool(a.shards)
     # Who this replica is, in its Leases and in the memoryguard_leader metric.
@@ -74,6 +75,21 @@ def main(argv: Sequence[str]) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+
+
+def _raise_descriptor_limit() -> None:
+    """The soft descriptor limit up to the hard one, as Go's runtime does for
+    every Kubernetes controller: a connection kept per guarded pod
+    (podhttp.Pool) needs thousands, and a soft limit of 1,024 would leave
+    the pool nearly empty."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass  # kept as it is; the pool keeps what the soft limit allows
 
 
 def _shard_count(raw: str) -> int:

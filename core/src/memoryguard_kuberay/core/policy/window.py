@@ -178,7 +178,8 @@ class Series:
         self.on_lows = on_lows
         self.buckets = Buckets(max(2, int(window_s // bucket_s)), on_lows=on_lows)
         self.open: Bucket | None = None
-        self.fit: TrendFit | None = None
+        self._fit: TrendFit | None = None
+        self._stale = False  # buckets closed since the fit was made
         self.first_bucket_s: float | None = None  # the series' first bucket ever: the pod's start
 
     def add(self, t: float, value: float | None) -> Bucket | None:
@@ -191,7 +192,7 @@ class Series:
                 oldest = closed.start_s + self.bucket_s - self.window_s
                 while self.buckets.first_start() < oldest:
                     self.buckets.popleft()
-                self.fit = self._refit()
+                self._stale = True
             self.open = None
         if value is None:
             return closed
@@ -201,6 +202,17 @@ class Series:
                 self.first_bucket_s = self.open.start_s
         self.open.add(value)
         return closed
+
+    @property
+    def fit(self) -> TrendFit | None:
+        """The trend over the buckets in the window, fitted when first read
+        after a bucket closed: a poll that brings hours of backlog (a first
+        poll, a takeover) closes a hundred buckets and is fitted once, not
+        a hundred times (each fit is O(buckets^2)); the rules read the same
+        fit of the same buckets either way."""
+        if self._stale:
+            self._fit, self._stale = self._refit(), False
+        return self._fit
 
     def _refit(self) -> TrendFit | None:
         bs = self.buckets
