@@ -221,3 +221,24 @@ async def test_one_lease_one_holder_and_a_takeover_only_after_it_ran_out(kube) -
     assert not await a.try_acquire_or_renew()
     await b.release()
     assert await a.try_acquire_or_renew()
+
+
+async def test_a_shard_held_again_after_another_replica_held_it_has_a_new_term(kube) -> None:
+    """a lapses past the Lease's duration; b takes the shard and gives it up;
+    a's next renewal takes it back: that is a take, not a renewal, so its
+    guards' memory from before is dropped (the term moves on)."""
+    _api, k = kube
+    ca, cb = Clock(), Clock()
+    a = keeper(k, "a", ca, shards=1)
+    await settle((a, ca), ticks=1)
+    term = a.terms[0]
+    b = keeper(k, "b", cb, shards=1)
+    cb.t += 1
+    await b.tick()  # sees a alive and the shard a's
+    cb.t += 20  # a silent for 20 s as b saw it: b takes the shard
+    await b.tick()
+    assert b.held == {0}
+    await b.close()  # and gives it up
+    ca.t += 3
+    await a.tick()
+    assert a.held == {0} and a.terms[0] == term + 1

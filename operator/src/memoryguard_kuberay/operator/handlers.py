@@ -108,16 +108,18 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
     term = -1
     try:
         while not stopped:
-            if reconciler is None or not ctx.shards.owns_guard(ns, nm) or ctx.shards.term(ns, nm) != term:
-                # Not ours, or ours again after another replica held it: what
-                # this replica knew of the guard is stale; the status is the truth.
-                if reconciler is not None:
-                    await reconciler.close()
-                    ctx.metrics.forget_guard(ns, nm)
-                    reconciler = None
-                if not ctx.shards.owns_guard(ns, nm):
-                    await stopped.wait(OWNER_WAIT_S)
-                    continue
+            if reconciler is not None and (not ctx.shards.holds_guard(ns, nm) or ctx.shards.term(ns, nm) != term):
+                # Its shard gone, or held again after another replica may have
+                # held it: what this replica knew of the guard is stale (the
+                # guard's status is the truth), and its windows are memory.
+                await reconciler.close()
+                ctx.metrics.forget_guard(ns, nm)
+                reconciler = None
+            if not ctx.shards.owns_guard(ns, nm):
+                # Not ours, or not this moment (a renewal late): kept while held.
+                await stopped.wait(OWNER_WAIT_S)
+                continue
+            if reconciler is None:
                 term = ctx.shards.term(ns, nm)
                 reconciler = guarding.GuardReconciler(ctx, ns, nm)
             with ctx.shards.acting(ns, nm):

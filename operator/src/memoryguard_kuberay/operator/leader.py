@@ -52,6 +52,7 @@ class LeaderElector:
         self.observed: tuple[Any, ...] | None = None  # the holder's record as last seen
         self.observed_at = 0.0  # when (own clock) it last changed
         self.last_renewed = 0.0  # own clock: the last successful write as holder
+        self.takeovers = 0  # writes that took the Lease from another holder (or from nobody)
 
     def _spec(self, transitions: int, acquired: str | None = None) -> dict[str, Any]:
         now = micro_time(self.wall())
@@ -100,6 +101,7 @@ class LeaderElector:
             raise
         if holder != cfg.identity:
             log.info("took the Lease %s/%s over from %r", cfg.namespace, cfg.name, holder or "nobody")
+            self.takeovers += 1  # not a renewal: someone else may have held it since this replica last did
         self.last_renewed = now
         return True
 

@@ -29,7 +29,7 @@ def main(argv: Sequence[str]) -> int:
                    help="watch this namespace (repeatable); default: all namespaces")
     p.add_argument("--standalone", action="store_true", help="no peering (a single operator, tests, the demo)")
     p.add_argument("--peering", default=os.environ.get("MEMORYGUARD_PEERING", "memoryguard"),
-                   help="kopf's peering object, without --standalone or --leader-elect (default memoryguard)")
+                   help="kopf's peering object, without --standalone or --shards (default memoryguard)")
     p.add_argument("--priority", type=int, default=int(os.environ.get("MEMORYGUARD_PRIORITY", "100")),
                    help="kopf's peering priority (default 100)")
     p.add_argument("--log-level", default=os.environ.get("MEMORYGUARD_LOG_LEVEL", "INFO"),

@@ -62,6 +62,9 @@ class AllShards:
     def owns_guard(self, namespace: str, name: str) -> bool:
         return True
 
+    def holds_guard(self, namespace: str, name: str) -> bool:
+        return True
+
     def term(self, namespace: str, name: str) -> int:
         return 0
 
@@ -115,6 +118,11 @@ class ShardKeeper:
     def owns_guard(self, namespace: str, name: str) -> bool:
         return self.owns(self.shard(namespace, name))
 
+    def holds_guard(self, namespace: str, name: str) -> bool:
+        """The guard's shard is held, whether or not this replica may act on
+        it this moment (a renewal late, a shard being given up, a rollout)."""
+        return self.shard(namespace, name) in self.held
+
     def term(self, namespace: str, name: str) -> int:
         return self.terms[self.shard(namespace, name)]
 
@@ -132,10 +140,32 @@ class ShardKeeper:
         return sum(1 for s in range(self.shards) if self.owns(s))
 
     # -- the keeper's loop ----------------------------------------------------------------
+    async def _present(self) -> None:
+        try:
+            await self.presence.try_acquire_or_renew()
+        except (ApiError, OSError) as e:
+            log.warning("presence Lease not renewed: %s", e)
+
+    async def _renew(self, s: int) -> None:
+        e = self.electors[s]
+        before = e.takeovers
+        try:
+            if not await e.try_acquire_or_renew():
+                log.error("shard %d was taken by %r", s, (e.observed or ("?",))[0])
+                self.held.discard(s)
+            elif e.takeovers != before:
+                # Held again after a lapse in which another replica may have
+                # held it: what this replica knew of its guards is stale.
+                self.terms[s] += 1
+        except (ApiError, OSError) as e_:
+            log.warning("shard %d not renewed: %s", s, e_)
+
     async def tick(self) -> shardplan.Plan:
         cfg = self.cfg
+        # What is held is renewed first, all at once: a slow LIST (an API
+        # server under load) must not make this replica lapse on its shards.
+        await asyncio.gather(self._present(), *(self._renew(s) for s in sorted(self.held)))
         leases = await self.kube.list_leases(cfg.namespace, f"{LABEL}={cfg.base}")
-        await self.presence.try_acquire_or_renew()
         now = self.clock()
         live, counts = {cfg.identity}, []
         holders: dict[int, str] = {}
@@ -170,13 +200,6 @@ class ShardKeeper:
                         "now" if agreed else "no longer", self.shards)
         self.agreed = agreed
         p = shardplan.plan(self.shards, cfg.identity, live, self.held - self.giving, holders)
-        for s in sorted(self.held):
-            try:
-                if not await self.electors[s].try_acquire_or_renew():
-                    log.error("shard %d was taken by %r", s, (self.electors[s].observed or ("?",))[0])
-                    self.held.discard(s)
-            except (ApiError, OSError) as e:
-                log.warning("shard %d not renewed: %s", s, e)
         for s in p.give:
             if s in self.held and s not in self.giving:
                 self.giving.add(s)
