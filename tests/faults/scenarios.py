@@ -324,8 +324,9 @@ async def shard_killed(w: World, rng: random.Random) -> None:
     w.api.faults.append(lambda r: ApiError(503, "ServiceUnavailable", "held") if r.subresource == "eviction" else None)
     await w.wait_for(lambda: phase_of(w, leak) == "evicting", 60, "the evicting phase")
     await asyncio.sleep(1.0)  # a few cycles held at this step
-    holder = _holder(w)
-    active = next(op for op in w.operators if holder.endswith(f"-{op.pid}"))
+    # Held by one of the two (not between a give and a take, while they reshard).
+    active = await w.wait_for(lambda: next((op for op in w.operators if _holder(w).endswith(f"-{op.pid}")), None),
+                              30, "the guard's shard held by one replica")
     other = next(op for op in w.operators if op is not active)
     killed = time.monotonic()
     await w.stop_operator(active, kill=True)
