@@ -66,7 +66,7 @@ import pickle
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import aiohttp.web
 import attrs
@@ -78,12 +78,15 @@ from .selectors import field_matcher, label_matcher
 from .wire import BUILTIN_KINDS, ApiError, Kind, now_iso, status_doc
 
 HISTORY = 20000
-def jcopy(o: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def jcopy(o: _T) -> _T:
     """A deep copy of a stored object, by pickle (in C). copy.deepcopy's
     walk in Python was most of the emulator's time: 2 ms to store a
     KubeRay-sized pod and 1.6 ms per pod listed, so a list of 40,000 pods held
     its event loop for a minute (issue 25's bench)."""
-    return pickle.loads(pickle.dumps(o, pickle.HIGHEST_PROTOCOL))
+    return cast(_T, pickle.loads(pickle.dumps(o, pickle.HIGHEST_PROTOCOL)))
 
 
 MAX_CONTINUES = 256  # paged lists mid-way at once (an emulator bound: the real server keeps etcd revisions)
