@@ -24,9 +24,9 @@ TARGET_KIB = 8.0
 HOURS = 29.0
 
 
-def samples(step_s: float) -> list[Sample]:
+def samples(step_s: float, hours: float = HOURS) -> list[Sample]:
     out = []
-    for i in range(int(HOURS * 3600 / step_s)):
+    for i in range(int(hours * 3600 / step_s)):
         cur = int(8 * GIB + (i % 240) * 1e6)  # a sawtooth: every bucket has a peak and a low of its own
         out.append(Sample(time_s=1e9 + i * step_s, memory_current_bytes=cur, memory_max_bytes=64 * GIB,
                           anon_bytes=cur, file_bytes=0, inactive_file_bytes=0, shmem_bytes=0,
@@ -35,31 +35,41 @@ def samples(step_s: float) -> list[Sample]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pods", type=int, default=10, help="windows measured (default 10)")
-    ap.add_argument("--step", type=float, default=60.0, help="seconds between samples (default 60)")
-    a = ap.parse_args()
-    feed = samples(a.step)
+def state_bytes(hours: float, *, pods: int = 10, step_s: float = 60.0) -> tuple[float, list[tracemalloc.StatisticDiff],
+                                                                             PodWindow]:
+    """Bytes of policy state per pod after ``hours`` of samples, one every
+    ``step_s`` (tracemalloc: what the windows allocated, less what was
+    there before), with where they went and one of the windows."""
+    feed = samples(step_s, hours)
     settings = PolicySettings()
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
     windows = []
-    for _ in range(a.pods):
+    for _ in range(pods):
         w = PodWindow(settings)
         for s in feed:
             w.add(s)
+        for series in (w.used, w.rapid, w.floor, w.store):
+            _ = series.fit  # as the policy's next decision reads them (fits are made when read)
         windows.append(w)
     gc.collect()
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     stats = after.compare_to(before, "lineno")
     # The samples are shared with the feed; each window's own last sample is one Sample.
-    per_pod = (sum(st.size_diff for st in stats) / a.pods + sys.getsizeof(feed[-1])) / 1024
-    w = windows[0]
+    return sum(st.size_diff for st in stats) / pods + sys.getsizeof(feed[-1]), stats, windows[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pods", type=int, default=10, help="windows measured (default 10)")
+    ap.add_argument("--step", type=float, default=60.0, help="seconds between samples (default 60)")
+    a = ap.parse_args()
+    total, stats, w = state_bytes(HOURS, pods=a.pods, step_s=a.step)
+    per_pod = total / 1024
     buckets = sum(len(x.buckets) for x in (w.used, w.rapid, w.floor, w.store))
-    print(f"{a.pods} pods, {len(feed)} samples each ({HOURS:g} h): {buckets} closed buckets a pod")
+    print(f"{a.pods} pods, {w.samples_seen} samples each ({HOURS:g} h): {buckets} closed buckets a pod")
     for st in stats[:6]:
         frame = st.traceback[0]
         print(f"  {st.size_diff / a.pods:7.0f} B a pod  {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}")

@@ -239,6 +239,40 @@ def remediation_then_revert_gives_back_the_template(b: Backend) -> Any:
     return applied, reverted, after["spec"]["workerGroupSpecs"][0]["template"] == before
 
 
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
+
+
+def leases_as_the_shard_keeper_uses_them(b: Backend) -> Any:
+    """shards.py: Leases created with a label, listed by it, renewed by a PUT
+    of what was read (a stale one refused), deleted when a replica is gone."""
+    from memoryguard_kuberay.operator.leader import micro_time
+
+    for n in ("set-a-shard-0", "set-a-replica-x", "set-b-shard-0"):
+        b.client.call("DELETE", f"{LEASES}/{n}")
+
+    def lease(name: str, label: str) -> dict[str, Any]:
+        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": NS, "labels": {"memoryguard.io/lease-set": label}},
+                "spec": {"holderIdentity": "x", "leaseDurationSeconds": 15, "renewTime": micro_time(1.8e9),
+                         "acquireTime": micro_time(1.8e9), "leaseTransitions": 0}}
+
+    created = b.client.call("POST", LEASES, lease("set-a-shard-0", "set-a"))[0]
+    again = b.client.call("POST", LEASES, lease("set-a-shard-0", "set-a"))[0]
+    b.client.ok("POST", LEASES, lease("set-a-replica-x", "set-a"))
+    b.client.ok("POST", LEASES, lease("set-b-shard-0", "set-b"))
+    listed = b.client.ok("GET", LEASES, params={"labelSelector": "memoryguard.io/lease-set=set-a"})
+    names = sorted(i["metadata"]["name"] for i in listed["items"])
+    read = b.client.ok("GET", f"{LEASES}/set-a-shard-0")
+    renewed = {**read, "spec": {**read["spec"], "renewTime": micro_time(1.8e9 + 3)}}
+    fresh = b.client.call("PUT", f"{LEASES}/set-a-shard-0", renewed)[0]
+    stale = b.client.call("PUT", f"{LEASES}/set-a-shard-0", renewed)[0]  # the resourceVersion of before
+    deleted = b.client.call("DELETE", f"{LEASES}/set-a-replica-x")[0]
+    gone = b.client.call("GET", f"{LEASES}/set-a-replica-x")[0]
+    for n in ("set-a-shard-0", "set-b-shard-0"):
+        b.client.call("DELETE", f"{LEASES}/{n}")
+    return created, again, names, fresh, stale, deleted, gone
+
+
 @dataclasses.dataclass(frozen=True)
 class Row:
     check: Callable[[Backend], Any]
@@ -257,6 +291,7 @@ ROWS = [
     Row(json_patch_test_of_a_stale_resource_version, (422, 200)),
     Row(remediation_then_revert_gives_back_the_template, (200, 200, True)),
     Row(eviction_of_a_missing_pod, 404),
+    Row(leases_as_the_shard_keeper_uses_them, (201, 409, ["set-a-replica-x", "set-a-shard-0"], 200, 409, 200, 404)),
     Row(event_in_another_namespace, 422),
     Row(dry_run_eviction_keeps_the_pod, (201, True)),
     Row(eviction_of_an_unbound_pod_deletes_it_at_once, (201, True)),

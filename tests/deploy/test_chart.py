@@ -246,10 +246,19 @@ def test_invalid_guards_are_rejected_with_a_clear_message(doc: dict, says: str, 
     assert any(says in m for m in messages), messages
 
 
-def test_a_standby_replica_with_leader_election(helm: str) -> None:
+def test_replicas_share_the_shards_and_the_pods_are_summed_up_per_group_by_default(helm: str) -> None:
     one = next(d for d in render(helm) if d["kind"] == "Deployment")
     assert one["spec"]["replicas"] == 1 and one["spec"]["strategy"]["type"] == "Recreate"
-    two = next(d for d in render(helm, "--set", "replicaCount=2") if d["kind"] == "Deployment")
+    two = next(d for d in render(helm, "--set", "replicaCount=2", "--set", "shards=16", "--set", "metrics.perPod=true")
+               if d["kind"] == "Deployment")
     assert two["spec"]["replicas"] == 2 and two["spec"]["strategy"]["type"] == "RollingUpdate"
-    args = two["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--leader-elect" in args and "--standalone" not in args
+    container = two["spec"]["template"]["spec"]["containers"][0]
+    assert "--shards=16" in container["args"] and "--standalone" not in container["args"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MEMORYGUARD_POD_METRICS"] == "true"
+    assert {e["name"]: e.get("value") for e in one["spec"]["template"]["spec"]["containers"][0]["env"]}[
+        "MEMORYGUARD_POD_METRICS"] == "false"
+    # The operator reads the flag as the chart writes it: the main's parser takes it.
+    from memoryguard_kuberay.operator.main import _shard_count
+
+    assert _shard_count(next(a for a in container["args"] if a.startswith("--shards=")).split("=", 1)[1]) == 16

@@ -26,6 +26,7 @@ from memoryguard_kuberay.devkit.emulator.api import ApiError
 from memoryguard_kuberay.devkit.emulator.referee import PHASE, Referee
 from memoryguard_kuberay.devkit.emulator.sidecar_faults import Mode
 from memoryguard_kuberay.devkit.emulator.world import World
+from memoryguard_kuberay.operator import shardplan
 
 from ..devworld import world
 from ..operator.conftest import HEALTHY, by_worker_index, guard, leaking_pods, no_disruption, start_cluster
@@ -48,7 +49,7 @@ class Scenario:
     replace_delay_s: float | None = 0.3
     operator_env: dict[str, str] = dataclasses.field(default_factory=dict)
     expect: str = "the leaking worker rotated once the fault cleared"
-    leader_elect: bool = False  # the operator runs as one of several replicas (a Lease)
+    shards: int = 0  # the operator runs as one of several replicas sharing this many shards (Leases)
 
 
 @dataclasses.dataclass
@@ -73,7 +74,7 @@ async def play(workdir: Path, sc: Scenario, *, seed: int = 7) -> Result:
         await start_cluster(w, sc.workers)
         ref.leaking = set(leaking_pods(w))
         w.api.put("memoryguards", guard(**spec))
-        await w.start_operator(extra_env=sc.operator_env, leader_elect=sc.leader_elect)
+        await w.start_operator(extra_env=sc.operator_env, shards=sc.shards)
         problem = ""
         try:
             await sc.act(w, rng)
@@ -302,37 +303,44 @@ def killed_at(phase: str) -> Act:
 
 
 TAKEOVER_S = 30.0
-LEASE = ("default", "memoryguard-operator")
+SHARDS = 4
 
 
-def _holder(w: World) -> str:
-    lease = w.api.get("leases", *LEASE) or {}
+def _holder(w: World, guard: str = "leak-guard") -> str:
+    """Who holds the shard of ``guard`` (in default), as its Lease says."""
+    lease_name = shardplan.shard_lease("memoryguard-operator", shardplan.shard_of("default", guard, SHARDS))
+    lease = w.api.get("leases", "default", lease_name) or {}
     return str((lease.get("spec") or {}).get("holderIdentity") or "")
 
 
-async def leader_killed(w: World, rng: random.Random) -> None:
-    """Two replicas; the active one is SIGKILLed while the leaking pod's
-    rotation is held at the eviction; the standby must take over within
-    TAKEOVER_S and finish that rotation, never evicting twice."""
-    await w.start_operator(leader_elect=True)  # the standby
-    await w.wait_for(lambda: _holder(w), 30, "a replica holding the Lease")
+async def shard_killed(w: World, rng: random.Random) -> None:
+    """Two replicas sharing the shards; the one holding the leaking guard's
+    shard is SIGKILLed while the leaking pod's rotation is held at the
+    eviction; the other must take the shard over within TAKEOVER_S and
+    finish that rotation, never evicting twice."""
+    await w.start_operator(shards=SHARDS)  # the second replica: the two reshard between them
+    await w.wait_for(lambda: _holder(w), 30, "a replica holding the guard's shard")
     leak = leaking_pod(w)
     w.api.faults.append(lambda r: ApiError(503, "ServiceUnavailable", "held") if r.subresource == "eviction" else None)
     await w.wait_for(lambda: phase_of(w, leak) == "evicting", 60, "the evicting phase")
     await asyncio.sleep(1.0)  # a few cycles held at this step
-    holder = _holder(w)
-    active = next(op for op in w.operators if holder.endswith(f"-{op.pid}"))
-    standby = next(op for op in w.operators if op is not active)
+    # Held by one of the two (not between a give and a take, while they reshard).
+    active = await w.wait_for(lambda: next((op for op in w.operators if _holder(w).endswith(f"-{op.pid}")), None),
+                              30, "the guard's shard held by one replica")
+    other = next(op for op in w.operators if op is not active)
     killed = time.monotonic()
     await w.stop_operator(active, kill=True)
     w.api.faults.clear()
-    await w.wait_for(lambda: _holder(w).endswith(f"-{standby.pid}"), TAKEOVER_S + 10, "the standby holding the Lease")
+    await w.wait_for(lambda: _holder(w).endswith(f"-{other.pid}"), TAKEOVER_S + 10, "the other replica holding it")
     took = time.monotonic() - killed
     w.notes["takeover_s"] = round(took, 1)
-    assert took <= TAKEOVER_S, f"the standby took over after {took:.1f} s"
-    await w.wait_for(lambda: w.events("WorkerRotated"), 60, "the rotation finished by the standby")
+    assert took <= TAKEOVER_S, f"the other replica took the shard over after {took:.1f} s"
+    await w.wait_for(lambda: w.events("WorkerRotated"), 60, "the rotation finished by the other replica")
     started = w.events("WorkerRotationStarted")
     assert len(started) == 1, f"{len(started)} WorkerRotationStarted: started again instead of resumed"
+    evicted = [e[1] for e in w.api.evictions]
+    w.notes["evictions"] = len(evicted)
+    assert evicted == [leak], f"evicted {evicted}: the leaking pod once, nothing else"
 
 
 async def gcs_unreachable(w: World, rng: random.Random) -> None:
@@ -413,9 +421,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("kill-evicted", "operator SIGKILLed after evicting (replacement pending)", killed_at("replacing"),
              guard_spec={"rotation": {"replacementTimeoutSeconds": 10800}},
              expect="restart waits for the replacement; one eviction"),
-    Scenario("leader-killed", "two replicas: the active one SIGKILLed mid-rotation (eviction held)", leader_killed,
-             leader_elect=True, expect="the standby took the Lease over within 30 s and finished the rotation; "
-                                       "one eviction"),
+    Scenario("shard-killed", "two replicas sharing 4 shards: the one holding the leaking guard's shard SIGKILLed "
+             "mid-rotation (eviction held)", shard_killed, shards=SHARDS,
+             expect="the other replica took the shard over within 30 s and finished the rotation; one eviction"),
     Scenario("gcs-down", "Ray GCS unreachable when the worker is drained", gcs_unreachable,
              operator_env={"MEMORYGUARD_DRAIN": "true", "MEMORYGUARD_DRAIN_RPC_TIMEOUT_SECONDS": "1"},
              expect="drain reported failed (Warning Event); the pod evicted all the same"),

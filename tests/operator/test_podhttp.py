@@ -131,3 +131,100 @@ async def test_a_flood_is_cut_at_the_cap_not_read_whole() -> None:
         await _get(flood, max_body=256 * 1024)
     await asyncio.sleep(0.2)
     assert sent["bytes"] < 16 * 2**20
+
+
+# -- connections kept between polls (Pool), against the sidecar's own server ------------
+class _Routes:
+    def samples_since(self, since: float | None) -> dict[str, object]:
+        return {"source": "test", "samples": []}
+
+    def metrics(self) -> bytes:
+        return b""
+
+    def healthy(self) -> tuple[bool, str]:
+        return True, "ok"
+
+    async def processes(self) -> dict[str, object] | None:
+        return {}
+
+
+async def _sidecar_server(ip: str) -> tuple[object, int]:
+    from memoryguard_kuberay.sidecar.server import SidecarServer
+
+    server = SidecarServer(_Routes())
+    await server.start(ip, 0)
+    assert server.server is not None
+    return server, server.server.sockets[0].getsockname()[1]
+
+
+async def test_a_pool_polls_a_sidecar_on_one_kept_connection() -> None:
+    server, port = await _sidecar_server("127.0.0.62")
+    pool = podhttp.Pool(max_idle=10)
+    try:
+        for _ in range(5):
+            answer = await pool.get("127.0.0.62", port, "/v1/samples", timeout_s=2, max_body=4096)
+            assert answer.status == 200 and b'"samples":[]' in answer.body
+        assert (pool.opened, pool.reused, len(pool)) == (1, 4, 1)
+        assert len(server.conns) == 1  # type: ignore[attr-defined]  # the sidecar holds that one connection
+    finally:
+        pool.close()
+        await server.close()  # type: ignore[attr-defined]
+
+
+async def test_a_kept_connection_the_sidecar_closed_is_found_out_and_the_get_sent_anew() -> None:
+    server, port = await _sidecar_server("127.0.0.63")
+    pool = podhttp.Pool(max_idle=10)
+    try:
+        await pool.get("127.0.0.63", port, "/v1/samples", timeout_s=2, max_body=4096)
+        for writer in list(server.conns.values()):  # type: ignore[attr-defined]  # as after its idle timeout
+            writer.close()
+        await asyncio.sleep(0.05)
+        answer = await pool.get("127.0.0.63", port, "/v1/samples", timeout_s=2, max_body=4096)
+        assert answer.status == 200 and (pool.opened, pool.reused) == (2, 0)
+    finally:
+        pool.close()
+        await server.close()  # type: ignore[attr-defined]
+
+
+async def test_the_sidecar_closes_a_connection_that_did_not_ask_to_be_kept() -> None:
+    server, port = await _sidecar_server("127.0.0.64")
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.64", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = await asyncio.wait_for(reader.read(), 2)  # read to the end: the sidecar closed it
+        assert got.startswith(b"HTTP/1.1 200") and b"Connection: close" in got
+        writer.close()
+    finally:
+        await server.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("raw", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",  # the peer says it closes
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}and more",  # bytes past the length: not a clean stream
+    b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}",  # HTTP/1.0 keeps nothing
+])
+async def test_a_connection_is_kept_only_after_one_whole_clean_answer(raw: bytes) -> None:
+    pool = podhttp.Pool(max_idle=10)
+    try:
+        async for port in _serving(_answer(raw, then_hold=True)):
+            answer = await pool.get(IP, port, "/v1/samples", timeout_s=2, max_body=1024)
+            assert answer.body == b"{}" and len(pool) == 0
+    finally:
+        pool.close()
+
+
+async def test_the_pool_keeps_at_most_its_cap_and_nothing_idle_past_its_time() -> None:
+    now = [0.0]
+    pool = podhttp.Pool(max_idle=2, idle_s=40, clock=lambda: now[0])
+    servers = [await _sidecar_server(f"127.0.0.{65 + i}") for i in range(3)]
+    try:
+        for i, (_s, port) in enumerate(servers):
+            await pool.get(f"127.0.0.{65 + i}", port, "/healthz", timeout_s=2, max_body=1024)
+        assert len(pool) == 2  # the oldest closed
+        now[0] += 41
+        await pool.get("127.0.0.67", servers[2][1], "/healthz", timeout_s=2, max_body=1024)
+        assert len(pool) == 1 and pool.opened == 4  # the idle one too old was not reused, the other dropped
+    finally:
+        pool.close()
+        for server, _ in servers:
+            await server.close()  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ the audit of every request come last."""
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from memoryguard_kuberay.operator import patches
+from memoryguard_kuberay.operator import patches, shardplan
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
 
 from ..devworld import KUBERAY, ROOT
@@ -36,9 +37,10 @@ GUARDS = f"/apis/memoryguard.io/v1alpha1/namespaces/{NS}/memoryguards"
 
 class Release:
     def __init__(self, cp: ControlPlane, workdir: Path, standin: StandIn, operator: subprocess.Popen[bytes],
-                 log: Path) -> None:
+                 log: Path, replica: Callable[[], tuple[list[str], dict[str, str]]]) -> None:
         self.cp, self.api, self.workdir, self.standin, self.operator, self.log = (
             cp, cp.admin(), workdir, standin, operator, log)
+        self.replica = replica  # another replica's command and env, as the Deployment runs one
 
     def wait_for(self, pred: Callable[[], Any], timeout: float, what: str) -> Any:
         deadline = time.monotonic() + timeout
@@ -94,18 +96,24 @@ def release(real: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Ite
     # retries it, but this test counts every 403, so it starts the operator
     # once the authorizer says the grants are in.
     _wait_authorized(real, f"system:serviceaccount:{RELEASE_NS}:{SA}", [
-        ("get", "coordination.k8s.io", "leases", RELEASE_NS), ("list", "memoryguard.io", "memoryguards", NS),
+        ("get", "coordination.k8s.io", "leases", RELEASE_NS), ("list", "coordination.k8s.io", "leases", RELEASE_NS),
+        ("list", "memoryguard.io", "memoryguards", NS),
         ("list", "", "pods", NS), ("patch", "ray.io", "rayclusters", NS)])
     epoch = time.time()
-    cmd, env = operator_command(real, kubeconfig, namespace=RELEASE_NS, deployment=SA, extra_env={
-        "MEMORYGUARD_TIME_SCALE": str(SPEED), "MEMORYGUARD_DRAIN": "false", "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60"})
-    env["MEMORYGUARD_EPOCH"] = str(epoch)
+
+    def replica() -> tuple[list[str], dict[str, str]]:
+        cmd, env = operator_command(real, kubeconfig, namespace=RELEASE_NS, deployment=SA, extra_env={
+            "MEMORYGUARD_TIME_SCALE": str(SPEED), "MEMORYGUARD_DRAIN": "false",
+            "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60", "MEMORYGUARD_EPOCH": str(epoch)})
+        return cmd, env
+
+    cmd, env = replica()
     log = workdir / "operator.log"
     with StandIn(real, NS, workdir, _first_worker_of_each_cluster_leaks(), speed=SPEED, epoch=epoch,
                  sidecar_port=PORT) as standin, open(log, "wb") as out:
         operator = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
         try:
-            yield Release(real, workdir, standin, operator, log)
+            yield Release(real, workdir, standin, operator, log, replica)
         finally:
             stop(operator, timeout=20)
 
@@ -215,6 +223,51 @@ def test_top_shows_the_real_clusters_guarded_pods_nearest_harm_first(release: Re
                          env={**os.environ, "KUBECONFIG": str(r.cp.kubeconfig)})
     assert out.returncode == 0 and f"heat map written to {heat}" in out.stderr, out.stderr
     assert heat.read_bytes()[:4] == b"\x89PNG"
+
+
+def _holders(r: Release) -> dict[str, str]:
+    """Each shard Lease of the release -> its holder, as the real server has them."""
+    items = r.api.ok("GET", f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NS}/leases",
+                     params={"labelSelector": f"memoryguard.io/lease-set={RELEASE}-memoryguard"})["items"]
+    return {i["metadata"]["name"]: i["spec"].get("holderIdentity") or "" for i in items
+            if "-shard-" in i["metadata"]["name"]}
+
+
+def test_a_second_replica_takes_half_the_shards_and_hands_them_back_on_a_clean_exit(release: Release) -> None:
+    """The chart's shards (8) on real Leases, with the chart's RBAC: the one
+    replica holds all; a second, started as the Deployment starts one, takes
+    half without a restart of the first; stopped, it gives them back at once."""
+    r = release
+    first = r.wait_for(lambda: (lambda h: h if len(h) == 8 and len(set(h.values())) == 1 and "" not in h.values()
+                                else None)(_holders(r)), 30, "the first replica holding all 8 shards")
+    (alone,) = set(first.values())
+    cmd, env = r.replica()
+    log = r.workdir / "operator-2.log"
+    with open(log, "wb") as out:
+        second = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
+    try:
+        split = r.wait_for(lambda: (lambda h: h if sorted(collections.Counter(h.values()).values()) == [4, 4]
+                                    else None)(_holders(r)), 60, "the two replicas holding 4 shards each")
+        assert alone in split.values() and r.operator.poll() is None  # the first went on, resharded in place
+        # Guards spread over both replicas: each is acted on (its status
+        # written) and, deleted, finalized by its shard's holder while kopf
+        # runs in both (the other's handler waits; kopf's record is shared).
+        holder_of = {int(k.rsplit("-", 1)[1]): v for k, v in split.items()}
+        names = [f"probe-{i}" for i in range(200)]
+        probes = [n for n in names if holder_of[shardplan.shard_of(NS, n, 8)] == alone][:3] + [
+            n for n in names if holder_of[shardplan.shard_of(NS, n, 8)] != alone][:3]
+        for name in probes:
+            r.put_guard(_guard(name, "absent-rc"))
+        r.wait_for(lambda: all((r.api.get(f"{GUARDS}/{n}") or {}).get("status") for n in probes), 60,
+                   "every probe guard's status written by its shard's replica")
+        for name in probes:
+            r.api.ok("DELETE", f"{GUARDS}/{name}")
+        r.wait_for(lambda: all(r.api.get(f"{GUARDS}/{n}") is None for n in probes), 60,
+                   "every probe guard finalized and gone")
+    finally:
+        stop(second, timeout=20)
+    r.wait_for(lambda: set(_holders(r).values()) == {alone}, 20, "every shard back with the first replica")
+    assert "Traceback" not in log.read_text(errors="replace")
 
 
 def test_remediation_patches_are_accepted_by_the_raycluster_schema(release: Release) -> None:

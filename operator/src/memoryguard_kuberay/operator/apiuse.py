@@ -31,10 +31,11 @@ API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 API_USE_UNINSTALL: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("memoryguard.io", "memoryguards", ("list", "delete")),
 )
-# Leader election among replicas (leader.py): one Lease in the operator's own
-# namespace, with a Role there.
+# Shards among replicas (shards.py): a Lease per shard and one per replica in
+# the operator's own namespace, with a Role there. Listed to see who is
+# alive; a replica gone for long has its presence Lease deleted by another.
 API_USE_LEADER: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("coordination.k8s.io", "leases", ("get", "create", "update")),
+    ("coordination.k8s.io", "leases", ("get", "list", "create", "update", "delete")),
 )
 # Cluster-scoped reads kopf makes in any mode (not namespaced).
 API_USE_CLUSTER: tuple[tuple[str, str, tuple[str, ...]], ...] = (

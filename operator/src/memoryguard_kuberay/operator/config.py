@@ -29,6 +29,7 @@ class OperatorConfig:
     # sidecar port the chart's NetworkPolicy covers (None: no policy).
     trust: tr.Trust = dataclasses.field(default_factory=tr.Trust)
     max_guards_per_namespace: int = 50  # newer guards beyond it are refused (guardroster.py)
+    per_pod_metrics: bool = False  # a series per pod besides the per-group ones (metrics.py)
 
 
 class ConfigError(ValueError):
@@ -75,4 +76,5 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         sidecar_image=image,
         trust=trust,
         max_guards_per_namespace=number("MAX_GUARDS_PER_NAMESPACE", "50", int, 1, 10000),
+        per_pod_metrics=get("POD_METRICS", "false").lower() in ("1", "true", "yes"),
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.trust import Trust
-from memoryguard_kuberay.operator import clusters, forensics, guardroster
+from memoryguard_kuberay.operator import clusters, forensics, guardroster, podhttp
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.clock import Clock
@@ -31,8 +31,19 @@ from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.podcache import PodCaches
 from memoryguard_kuberay.operator.remembered import Remembered
 from memoryguard_kuberay.operator.reviews import Reviews
+from memoryguard_kuberay.operator.shards import AllShards, ShardKeeper
 
 POD_CONNECTIONS = 256  # every guard's polls at once
+KEPT_CONNECTIONS = 50_000  # idle connections to sidecars at most (descriptors), within the process's own limit
+
+
+def kept_connections() -> int:
+    """Idle connections the pool may keep: at most half the descriptors this
+    process may open (the rest: polls in flight, watches, the metrics server)."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(0, min(KEPT_CONNECTIONS, soft // 2 - POD_CONNECTIONS))
 
 
 @dataclasses.dataclass
@@ -49,11 +60,14 @@ class OperatorContext:
     trust: Trust | None = None  # the installer's limits on guards (trust.py)
     ray_forensics: bool = True  # Ray's GCS is reachable (MEMORYGUARD_DRAIN): list objects by call site
     roster: guardroster.GuardRoster = dataclasses.field(default=None)  # type: ignore[assignment]
+    # Which guards this replica acts on (all, or its shards' on Leases).
+    shards: AllShards | ShardKeeper = dataclasses.field(default_factory=AllShards)
     # Connections to pods at once, across every guard: each is a descriptor.
     pod_slots: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(POD_CONNECTIONS))
     # And per namespace (a tenant): pods that hang, however many guards poll
     # them, hold at most POLL_CONCURRENCY of the POD_CONNECTIONS.
     namespace_slots: dict[str, asyncio.Semaphore] = dataclasses.field(default_factory=dict)
+    pod_pool: podhttp.Pool = dataclasses.field(default_factory=lambda: podhttp.Pool(max_idle=kept_connections()))
     probe_slots: asyncio.Semaphore = dataclasses.field(
         default_factory=lambda: asyncio.Semaphore(forensics.MAX_PROBES))  # rayprobe processes at once
 

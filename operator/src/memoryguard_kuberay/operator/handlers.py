@@ -17,6 +17,7 @@ from memoryguard_kuberay.operator.guardroster import GuardRoster
 from memoryguard_kuberay.operator.kube import Kube, load_credentials
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.podcache import PodCaches
+from memoryguard_kuberay.operator.shards import AllShards, ShardConfig, ShardKeeper
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 # On a guard's deletion kopf sets the daemon's ``stopped``; the reconciler sees it
@@ -26,6 +27,7 @@ log = logging.getLogger("memoryguard_kuberay.operator")
 # canceled" and kopf "escalate". A step longer than that (a poll with a 60 s
 # timeout) is cut.
 STOP_WAIT_S = 30.0
+OWNER_WAIT_S = 1.0  # a guard whose shard another replica holds looks again this often (real seconds)
 
 
 @kopf.on.startup()
@@ -49,8 +51,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # then removes the finalizer at once. Without this wait kopf would sleep
     # the whole cancellation_backoff before removing it (seen: a guard hung).
     settings.background.instant_exit_timeout = STOP_WAIT_S
-    metrics = OperatorMetrics()
-    metrics.leading(memo.get("identity") or "standalone")
+    metrics = OperatorMetrics(per_pod=cfg.per_pod_metrics)
     if cfg.metrics_port:
         from prometheus_client import start_http_server
 
@@ -59,16 +60,39 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     drainer = RayGcsDrainer(rpc_timeout_s=cfg.drain_rpc_timeout_s) if cfg.drain else NoDrainer()
     events = EventPoster(kube)
     events.start()
+    sharding: ShardConfig | None = memo.get("sharding")
+    shards = ShardKeeper(kube, sharding) if sharding else AllShards()
+    memo.shards_task = asyncio.create_task(_keep_shards(shards, metrics, memo.get("identity") or "standalone"))
     memo.ctx = guardstate.OperatorContext(
         kube=kube, events=events, drainer=drainer, pods=PodCaches(kube, watch_timeout_s=cfg.watch_timeout_s),
         clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics, sidecar_image=cfg.sidecar_image, trust=cfg.trust,
-        ray_forensics=cfg.drain, roster=GuardRoster(kube, limit=cfg.max_guards_per_namespace))
+        ray_forensics=cfg.drain, roster=GuardRoster(kube, limit=cfg.max_guards_per_namespace), shards=shards)
+
+
+async def _keep_shards(shards: AllShards | ShardKeeper, metrics: OperatorMetrics, identity: str) -> None:
+    """The shards' Leases renewed, and the replica's share in its metrics."""
+    if isinstance(shards, AllShards):
+        metrics.owning(identity, 1, 1)
+        return
+    task = asyncio.create_task(shards.run())
+    try:
+        while not task.done():
+            metrics.owning(identity, shards.owned(), shards.shards)
+            await asyncio.sleep(shards.cfg.renew_s)
+        task.result()
+    finally:
+        task.cancel()
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     ctx = memo.get("ctx")
+    task = memo.get("shards_task")
+    if task is not None:
+        task.cancel()
     if ctx is not None:
+        await ctx.shards.close()  # handed over at once
+        ctx.pod_pool.close()
         await ctx.events.close()
         await ctx.pods.close()
         await ctx.kube.close()
@@ -79,24 +103,48 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
                 memo: kopf.Memo, **_: Any) -> None:
     """Each MemoryGuard's reconciler: one cycle per sampling interval until stopped."""
     ctx: guardstate.OperatorContext = memo.ctx
-    reconciler = guarding.GuardReconciler(ctx, namespace or "", name or "")
+    ns, nm = namespace or "", name or ""
+    reconciler: guarding.GuardReconciler | None = None
+    term = -1
     try:
         while not stopped:
-            try:
-                delay = await reconciler.cycle(body, stopped=lambda: bool(stopped))
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # one bad cycle must not end the guard; the next one retries
-                log.exception("%s/%s: cycle failed", namespace, name)
-                delay = 15.0
+            if reconciler is not None and (not ctx.shards.holds_guard(ns, nm) or ctx.shards.term(ns, nm) != term):
+                # Its shard gone, or held again after another replica may have
+                # held it: what this replica knew of the guard is stale (the
+                # guard's status is the truth), and its windows are memory.
+                await reconciler.close()
+                ctx.metrics.forget_guard(ns, nm)
+                reconciler = None
+            if not ctx.shards.owns_guard(ns, nm):
+                # Not ours, or not this moment (a renewal late): kept while held.
+                await stopped.wait(OWNER_WAIT_S)
+                continue
+            if reconciler is None:
+                term = ctx.shards.term(ns, nm)
+                reconciler = guarding.GuardReconciler(ctx, ns, nm)
+            with ctx.shards.acting(ns, nm):
+                try:
+                    delay = await reconciler.cycle(
+                        body, stopped=lambda: bool(stopped) or not ctx.shards.owns_guard(ns, nm))
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # one bad cycle must not end the guard; the next one retries
+                    log.exception("%s/%s: cycle failed", namespace, name)
+                    delay = 15.0
             await stopped.wait(ctx.clock.real_seconds(delay))
     finally:
-        await reconciler.close()
+        if reconciler is not None:
+            await reconciler.close()
 
 
 @kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL)
 async def removed(body: kopf.Body, namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
-    """Finalizer: take back what this guard put into other objects (finalizer.py)."""
+    """Finalizer: take back what this guard put into other objects (finalizer.py),
+    in the replica that holds the guard's shard (kopf runs this in every
+    replica; the others wait, and kopf's record of the retry is shared)."""
+    ctx: guardstate.OperatorContext = memo.ctx
+    if not ctx.shards.owns_guard(namespace or "", name or ""):
+        raise kopf.TemporaryError("another replica holds this guard's shard", delay=5)
     try:
         await finalizer.release(memo.ctx, namespace or "", name or "", body)
     except finalizer.NotYet as e:

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 
 from memoryguard_kuberay.core.policy import Decision, PodWindow, RotationHistory, decide
 from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.operator import podhttp, sidecar_client
 from memoryguard_kuberay.operator import podinfo as pi
-from memoryguard_kuberay.operator import sidecar_client
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 
@@ -59,6 +59,7 @@ class Polling:
     namespace: str
     guard: str
     slots: Sequence[asyncio.Semaphore]  # taken in order for each poll: the namespace's, then everyone's
+    pool: podhttp.Pool | None = None  # connections kept between polls (the operator's, shared by every guard)
 
 
 def judge(settings: PolicySettings, track: PodState, history: RotationHistory, now: float) -> list[Decision]:
@@ -80,7 +81,7 @@ async def poll_into(p: pi.PodInfo, track: PodState, how: Polling, settings: Poli
         # Nothing older than the policy's window is asked for or kept.
         res = await sidecar_client.poll(p.ip, how.port, since, timeout_s=how.timeout_s, now=how.clock.now,
                                         pod_uid=p.uid, require_uid=p.injected_sidecar,
-                                        oldest_s=started - settings.trend_window_s, budget=budget)
+                                        oldest_s=started - settings.trend_window_s, budget=budget, pool=how.pool)
     if res.samples:
         track.fed_at = started
     how.metrics.poll_seconds.labels(how.namespace, how.guard).observe(res.latency_s)

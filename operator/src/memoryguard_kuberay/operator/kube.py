@@ -357,6 +357,16 @@ class Kube:
         """PUT with the resourceVersion read: 409 when someone wrote it since."""
         await self.request("PUT", _path(LEASES, namespace, name), json=dict(body))
 
+    async def list_leases(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        return await self.list_all(_path(LEASES, namespace), {"labelSelector": label_selector})
+
+    async def delete_lease(self, namespace: str, name: str) -> None:
+        try:
+            await self.request("DELETE", _path(LEASES, namespace, name))
+        except ApiError as e:
+            if not isinstance(e, NotFound):
+                raise
+
     async def list_all_guards(self) -> list[dict[str, Any]]:
         doc = await self.request("GET", _path(MEMORYGUARDS, None))
         return list(doc.get("items", []))

@@ -1,23 +1,18 @@
-"""One active operator among replicas: leader election on a Lease
-(``coordination.k8s.io/v1``), as client-go's leaderelection does it.
+"""One Lease (``coordination.k8s.io/v1``) held, as client-go's
+leaderelection holds one: taken, renewed, given up. shards.py holds one
+per shard it owns and one that says the replica is alive.
 
-kopf's peering is not leader election (equal priorities all pause), so with
-``--leader-elect`` each replica first takes the Lease, then runs kopf; the
-others wait. The holder renews the Lease every ``renew_s``; when it has not
-renewed for ``renew_deadline_s`` it stops acting (the process exits and the
-pod restarts as a standby) before anyone may take over at ``lease_s``: two
-operators never act at once. A standby judges the Lease expired by its own
-clock, from when it last saw the record change (``renewTime``,
-``holderIdentity``), never by comparing its clock with the holder's. On a
-clean exit the holder gives the Lease up, so an upgrade hands over at once.
-
-A takeover after the holder dies takes at most ``lease_s`` plus
-``retry_s`` plus kopf's start: about 20 s with the defaults.
+The holder renews every ``renew_s``; when it has not renewed for
+``renew_deadline_s`` it stops acting on what the Lease guards before anyone
+may take over at ``lease_s``: two replicas never act on one shard at once.
+Another replica judges the Lease expired by its own clock, from when it last
+saw the record change (``renewTime``, ``holderIdentity``), never by comparing
+its clock with the holder's. On a clean exit the holder gives the Lease up,
+so an upgrade hands over at once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
 import logging
@@ -38,7 +33,8 @@ class LeaseConfig:
     lease_s: float = 15.0
     renew_deadline_s: float = 10.0
     renew_s: float = 3.0
-    retry_s: float = 2.0
+    labels: tuple[tuple[str, str], ...] = ()  # set when the Lease is created (shards.py lists by them)
+    annotations: tuple[tuple[str, str], ...] = ()
 
 
 def micro_time(t: float) -> str:
@@ -47,17 +43,29 @@ def micro_time(t: float) -> str:
 
 
 class LeaderElector:
+    """One Lease, as one replica sees and writes it (long-lived: what it
+    observed of the holder is what expiry is judged by)."""
+
     def __init__(self, kube: Kube, cfg: LeaseConfig, *, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
         self.kube, self.cfg, self.clock, self.wall = kube, cfg, clock, wall
         self.observed: tuple[Any, ...] | None = None  # the holder's record as last seen
         self.observed_at = 0.0  # when (own clock) it last changed
         self.last_renewed = 0.0  # own clock: the last successful write as holder
+        self.takeovers = 0  # writes that took the Lease from another holder (or from nobody)
 
     def _spec(self, transitions: int, acquired: str | None = None) -> dict[str, Any]:
         now = micro_time(self.wall())
         return {"holderIdentity": self.cfg.identity, "leaseDurationSeconds": int(self.cfg.lease_s),
                 "acquireTime": acquired or now, "renewTime": now, "leaseTransitions": transitions}
+
+    def observe(self, lease: dict[str, Any], now: float) -> None:
+        """Note the holder's record as read now (by a GET, or a LIST of many
+        Leases): expiry is counted from when it last changed."""
+        spec = lease.get("spec") or {}
+        record = (spec.get("holderIdentity") or "", spec.get("renewTime"), spec.get("leaseDurationSeconds"))
+        if record != self.observed:
+            self.observed, self.observed_at = record, now
 
     async def try_acquire_or_renew(self) -> bool:
         """One attempt: True when this replica holds the Lease afterwards."""
@@ -66,7 +74,8 @@ class LeaderElector:
         now = self.clock()
         if lease is None:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": cfg.name, "namespace": cfg.namespace}, "spec": self._spec(0)}
+                    "metadata": {"name": cfg.name, "namespace": cfg.namespace, "labels": dict(cfg.labels),
+                                 "annotations": dict(cfg.annotations)}, "spec": self._spec(0)}
             try:
                 await self.kube.create_lease(cfg.namespace, body)
             except ApiError as e:
@@ -75,11 +84,9 @@ class LeaderElector:
                 raise
             self.last_renewed = now
             return True
+        self.observe(lease, now)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        record = (holder, spec.get("renewTime"), spec.get("leaseDurationSeconds"))
-        if record != self.observed:
-            self.observed, self.observed_at = record, now
         duration = float(spec.get("leaseDurationSeconds") or cfg.lease_s)
         if holder and holder != cfg.identity and now - self.observed_at < duration:
             return False  # held, and renewed within its duration as far as we have seen
@@ -94,40 +101,9 @@ class LeaderElector:
             raise
         if holder != cfg.identity:
             log.info("took the Lease %s/%s over from %r", cfg.namespace, cfg.name, holder or "nobody")
+            self.takeovers += 1  # not a renewal: someone else may have held it since this replica last did
         self.last_renewed = now
         return True
-
-    async def acquire(self) -> None:
-        """Wait until this replica holds the Lease."""
-        waiting_logged = False
-        while True:
-            try:
-                if await self.try_acquire_or_renew():
-                    return
-            except ApiError as e:
-                log.warning("Lease %s/%s: %s", self.cfg.namespace, self.cfg.name, e)
-            if not waiting_logged:
-                log.info("standing by: the Lease %s/%s is held by %r", self.cfg.namespace, self.cfg.name,
-                         (self.observed or ("?",))[0])
-                waiting_logged = True
-            await asyncio.sleep(self.cfg.retry_s)
-
-    async def hold(self) -> None:
-        """Renew until a renewal fails for ``renew_deadline_s``; then return:
-        the caller must stop acting at once."""
-        while True:
-            await asyncio.sleep(self.cfg.renew_s)
-            try:
-                if await self.try_acquire_or_renew():
-                    continue
-                log.error("the Lease %s/%s was taken by %r", self.cfg.namespace, self.cfg.name,
-                          (self.observed or ("?",))[0])
-                return
-            except (TimeoutError, ApiError, OSError) as e:
-                log.warning("Lease renewal failed: %s", e)
-            if self.clock() - self.last_renewed > self.cfg.renew_deadline_s:
-                log.error("no Lease renewal for %.0f s", self.clock() - self.last_renewed)
-                return
 
     async def release(self) -> None:
         """Give the Lease up on a clean exit, so a standby takes over at once."""

@@ -101,17 +101,19 @@ class Poll:
 async def poll(ip: str, port: int, since: float | None, *, timeout_s: float,
                now: Callable[[], float], pod_uid: str | None = None, require_uid: bool = False,
                oldest_s: float | None = None, max_future_s: float = MAX_FUTURE_S, max_pages: int = MAX_PAGES,
-               budget: tuple[int, int] = (MAX_POLL_SAMPLES, MAX_POLL_BYTES)) -> Poll:
-    """Poll, following ``more`` for at most ``max_pages`` answers, all within
-    ``timeout_s`` together and within ``budget`` (samples, bytes; an answer
-    over it is refused unread). Samples older than ``oldest_s`` are not asked for.
+               budget: tuple[int, int] = (MAX_POLL_SAMPLES, MAX_POLL_BYTES),
+               pool: podhttp.Pool | None = None) -> Poll:
+    """Poll (on a connection kept in ``pool``, when given), following
+    ``more`` for at most ``max_pages`` answers, all within ``timeout_s``
+    together and within ``budget`` (samples, bytes; an answer over it is
+    refused unread). Samples older than ``oldest_s`` are not asked for.
     ``now`` (the operator's clock) is read when an answer is in: a sample
     can be no later than that. Never raises: whatever the pod sends, a Poll."""
     t0 = time.monotonic()
     try:
         return await _poll(ip, port, since, t0=t0, timeout_s=timeout_s, now=now, pod_uid=pod_uid,
                            require_uid=require_uid, oldest_s=oldest_s, max_future_s=max_future_s,
-                           max_pages=max_pages, budget=budget)
+                           max_pages=max_pages, budget=budget, pool=pool or podhttp.Pool(max_idle=0))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a shape of answer no check above foresaw: this pod's verdict, never the cycle's
@@ -122,7 +124,7 @@ async def poll(ip: str, port: int, since: float | None, *, timeout_s: float,
 
 async def _poll(ip: str, port: int, since: float | None, *, t0: float, timeout_s: float, now: Callable[[], float],
                 pod_uid: str | None, require_uid: bool, oldest_s: float | None, max_future_s: float,
-                max_pages: int, budget: tuple[int, int]) -> Poll:
+                max_pages: int, budget: tuple[int, int], pool: podhttp.Pool) -> Poll:
     max_samples, max_bytes = min(budget[0], MAX_POLL_SAMPLES), min(budget[1], MAX_POLL_BYTES)
     if oldest_s is not None and (since is None or since < oldest_s):
         since = oldest_s
@@ -134,7 +136,7 @@ async def _poll(ip: str, port: int, since: float | None, *, t0: float, timeout_s
         left = timeout_s - (time.monotonic() - t0)
         if left <= 0 or read >= max_bytes or len(samples) >= max_samples:
             break  # the rest, if any, comes with the next poll (it asks from the last sample on)
-        last, n = await _one(ip, port, since, timeout_s=left, now=now, pod_uid=pod_uid, require_uid=require_uid,
+        last, n = await _one(pool, ip, port, since, timeout_s=left, now=now, pod_uid=pod_uid, require_uid=require_uid,
                              max_future_s=max_future_s, oldest_s=oldest_s,
                              max_body=min(MAX_BODY, max_bytes - read))
         read += n
@@ -153,14 +155,14 @@ async def _poll(ip: str, port: int, since: float | None, *, t0: float, timeout_s
                 last.newest_too_old_s, failure)
 
 
-async def _one(ip: str, port: int, since: float | None, *, timeout_s: float, now: Callable[[], float],
-               pod_uid: str | None, require_uid: bool, max_future_s: float, oldest_s: float | None,
-               max_body: int) -> tuple[Poll, int]:
+async def _one(pool: podhttp.Pool, ip: str, port: int, since: float | None, *, timeout_s: float,
+               now: Callable[[], float], pod_uid: str | None, require_uid: bool, max_future_s: float,
+               oldest_s: float | None, max_body: int) -> tuple[Poll, int]:
     """One page: the Poll and the bytes its body took."""
     target = "/v1/samples" if since is None else f"/v1/samples?since={urllib.parse.quote(repr(since))}"
     t0 = time.monotonic()
     try:
-        answer = await podhttp.get(ip, port, target, timeout_s=timeout_s, max_body=max_body)
+        answer = await pool.get(ip, port, target, timeout_s=timeout_s, max_body=max_body)
     except podhttp.PodHttpError as exc:
         return Poll((), str(exc), time.monotonic() - t0,
                     failure=PollFailure.UNREACHABLE if exc.unreachable else PollFailure.BAD_ANSWER), max_body

@@ -1,7 +1,10 @@
 """A small, strict HTTP/1.1 server for the sidecar on asyncio streams.
 
 GET only; the request head is bounded (8 KiB) and must arrive within a
-timeout; every response closes the connection. Routes:
+timeout. A request that asks ``Connection: keep-alive`` (the operator's
+polls, issue 25: a TCP connection opened and closed per poll was half the
+operator's CPU) keeps the connection for the next request, idle at most
+``KEEP_ALIVE_S``; any other is answered and closed. Routes:
 ``/v1/samples?since=<unix s>``, ``/metrics``, ``/healthz``, and
 ``/v1/processes`` (the Ray container's processes by memory: the operator's
 evidence before a rotation; one scan at a time, a recent answer reused).
@@ -33,6 +36,7 @@ HEAD_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 96
 MAX_PER_PEER = 8  # the operator polls one connection at a time; the kubelet probes one or two
+KEEP_ALIVE_S = 60.0  # a kept connection's wait for its next request (the operator polls every 15 s)
 
 
 class Routes:
@@ -56,6 +60,21 @@ def _response(status: int, reason: str, body: bytes, ctype: str, extra: str = ""
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
             f"Connection: close\r\nCache-Control: no-store\r\n{extra}\r\n")
     return head.encode("ascii") + body
+
+
+KEPT = f"Connection: keep-alive\r\nKeep-Alive: timeout={KEEP_ALIVE_S:.0f}\r\n".encode("ascii")
+
+
+def _kept(response: bytes) -> bytes:
+    """The same answer, saying the connection stays open."""
+    return response.replace(b"Connection: close\r\n", KEPT, 1)
+
+
+def _wants_keep_alive(head: bytes) -> bool:
+    lines = head.split(b"\r\n")
+    if not lines[0].endswith(b"HTTP/1.1"):
+        return False
+    return any(line.lower().startswith(b"connection:") and b"keep-alive" in line.lower() for line in lines[1:])
 
 
 def _text(status: int, reason: str, text: str, extra: str = "") -> bytes:
@@ -107,23 +126,29 @@ class SidecarServer:
         self.waiting[key] = writer
         self.peers.setdefault(peer, collections.OrderedDict())[key] = writer
         try:
-            try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
-            except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                writer.close()
-                return
-            except asyncio.LimitOverrunError:
-                await self._send(writer, _text(431, "Request Header Fields Too Large", "request head too large"))
-                return
-            finally:
-                self.waiting.pop(key, None)
-            _, path, response = self._route(head)
-            if path == "/v1/processes":
-                doc = await self.routes.processes()
-                response = (_text(429, "Too Many Requests", "a scan is running", "Retry-After: 5\r\n") if doc is None
-                            else _response(200, "OK", json.dumps(doc, separators=(",", ":")).encode(),
-                                           "application/json"))
-            await self._send(writer, response)
+            wait_s = HEAD_TIMEOUT_S  # the first request's head; a kept connection waits KEEP_ALIVE_S for the next
+            while True:
+                self.waiting[key] = writer  # waiting for a head: the first to go when room is made
+                try:
+                    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), wait_s)
+                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                    writer.close()
+                    return
+                except asyncio.LimitOverrunError:
+                    await self._send(writer, _text(431, "Request Header Fields Too Large", "request head too large"))
+                    return
+                finally:
+                    self.waiting.pop(key, None)
+                _, path, response = self._route(head)
+                if path == "/v1/processes":
+                    doc = await self.routes.processes()
+                    body = json.dumps(doc, separators=(",", ":")).encode() if doc is not None else b""
+                    response = (_text(429, "Too Many Requests", "a scan is running", "Retry-After: 5\r\n")
+                                if doc is None else _response(200, "OK", body, "application/json"))
+                keep = _wants_keep_alive(head) and key in self.conns  # not if room was made of it meanwhile
+                if not await self._send(writer, _kept(response) if keep else response, close=not keep):
+                    return
+                wait_s = KEEP_ALIVE_S
         finally:
             self.conns.pop(key, None)
             self.waiting.pop(key, None)
@@ -167,11 +192,13 @@ class SidecarServer:
             return 503, path, _text(503, "Service Unavailable", why)
         return 404, "", _text(404, "Not Found", "try /v1/samples, /v1/processes, /metrics or /healthz")
 
-    async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+    async def _send(self, writer: asyncio.StreamWriter, data: bytes, *, close: bool = True) -> bool:
+        """Write an answer; True when the connection stays open for another."""
         try:
             writer.write(data)
             await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
         except (TimeoutError, ConnectionError):
-            pass
-        finally:
+            close = True
+        if close:
             writer.close()
+        return not close

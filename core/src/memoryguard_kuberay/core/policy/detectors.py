@@ -47,7 +47,8 @@ def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: fl
     level = fit.level_at(now_s) + (fit.peak_max_offset if highest_peaks else fit.peak_offset)
     # The time left at the recent pace when that is slower: growth that
     # eases off towards a daily peak is not projected at its morning pace.
-    pace = min(slope, fit.recent.slope) if fit.recent is not None and fit.recent.slope > 0 else slope
+    recent = fit.recent_slope
+    pace = min(slope, recent) if recent is not None and recent > 0 else slope
     eta = (ceiling - level) / pace if slope > 0 else None
     if eta is not None and eta < 0:
         eta = 0.0
@@ -58,8 +59,8 @@ def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: fl
         why_not = "no sustained growth"
     elif fit.line.tau < (settings.trend_min_consistency if min_tau is None else min_tau):
         why_not = f"growth is not consistent (Kendall tau {fit.line.tau:.2f})"
-    elif fit.recent is None or fit.recent.slope < settings.deceleration_ratio * max(
-            slope, fit.early.slope if fit.early is not None else slope):
+    elif recent is None or recent < settings.deceleration_ratio * max(
+            slope, fit.early_slope if fit.early_slope is not None else slope):
         why_not = "growth is slowing down (warm-up or a cache filling to its bound)"
     elif fit.top is not None and fit.top[0] > now_s and fit.top[1] + fit.peak_offset < ceiling:
         why_not = f"growth is levelling off below the limit, topping out in {fmt_duration(fit.top[0] - now_s)}"

@@ -49,7 +49,9 @@ class Bucket:
 
 
 class Closed(NamedTuple):
-    """A closed bucket, as the rules read it (made when read: stored in columns)."""
+    """A closed bucket, as the rules read it (made when read: stored in a
+    ring of doubles). A series keeps the mean or the low, the one it fits
+    (``Series.on_lows``); the other reads NaN."""
 
     start_s: float
     mean: float
@@ -57,39 +59,60 @@ class Closed(NamedTuple):
     low: float
 
 
+NAN = float("nan")
+
+
 class Buckets:
-    """The closed buckets of a series, oldest first, at most ``maxlen``:
-    four columns of doubles, not an object per bucket. A pod keeps about 140
-    of them at steady state; as objects they were most of its 37 KiB of
-    policy state (issue 25), as columns they are 32 bytes each. The values
-    are the same doubles either way, so every rule reads what it read."""
+    """The closed buckets of a series, oldest first, at most ``maxlen``: one
+    ring of doubles, three per bucket (start, the fitted value, peak), sized
+    once. A pod keeps about 140 buckets at steady state; as objects they were
+    most of its 37 KiB of policy state (issue 25), as four growing columns
+    10.7 KiB; as one ring 24 bytes each and no slack. The values are the same
+    doubles either way, so every rule reads what it read."""
 
-    __slots__ = ("lows", "maxlen", "means", "peaks", "starts")
+    __slots__ = ("head", "maxlen", "on_lows", "ring", "size")
 
-    def __init__(self, maxlen: int) -> None:
-        self.maxlen = maxlen
-        self.starts, self.means, self.peaks, self.lows = array("d"), array("d"), array("d"), array("d")
+    def __init__(self, maxlen: int, *, on_lows: bool = False) -> None:
+        self.maxlen, self.on_lows = maxlen, on_lows
+        self.ring = array("d", bytes(24 * maxlen))
+        self.head = self.size = 0  # the oldest bucket's slot; how many are held
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return self.size
+
+    def _at(self, i: int) -> int:
+        if not -self.size <= i < self.size:
+            raise IndexError("bucket index out of range")
+        return 3 * ((self.head + (i % self.size)) % self.maxlen)
 
     def __getitem__(self, i: int) -> Closed:
-        return Closed(self.starts[i], self.means[i], self.peaks[i], self.lows[i])
+        j, r = self._at(i), self.ring
+        if self.on_lows:
+            return Closed(r[j], NAN, r[j + 2], r[j + 1])
+        return Closed(r[j], r[j + 1], r[j + 2], NAN)
 
     def __iter__(self) -> Iterator[Closed]:
-        return map(Closed, self.starts, self.means, self.peaks, self.lows)
+        return (self[i] for i in range(self.size))
+
+    def column(self, k: int) -> list[float]:
+        """One field of every bucket, oldest first: 0 starts, 1 the fitted value, 2 peaks."""
+        r, m, h = self.ring, self.maxlen, self.head
+        return [r[3 * ((h + i) % m) + k] for i in range(self.size)]
+
+    def first_start(self) -> float:
+        return self.ring[3 * self.head]
 
     def append(self, b: Bucket) -> None:
-        if len(self.starts) >= self.maxlen:
+        if self.size >= self.maxlen:
             self.popleft()
-        self.starts.append(b.start_s)
-        self.means.append(b.mean)
-        self.peaks.append(b.peak)
-        self.lows.append(b.low)
+        j = 3 * ((self.head + self.size) % self.maxlen)
+        self.ring[j], self.ring[j + 1], self.ring[j + 2] = b.start_s, b.low if self.on_lows else b.mean, b.peak
+        self.size += 1
 
     def popleft(self) -> None:
-        for column in (self.starts, self.means, self.peaks, self.lows):
-            del column[0]
+        if self.size:
+            self.head = (self.head + 1) % self.maxlen
+            self.size -= 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,8 +120,10 @@ class TrendFit:
     """A trend over the window's buckets, in the series' own units."""
 
     line: Line  # whole window
-    recent: Line | None  # the recent half only
-    early: Line | None  # the earlier half only
+    # The slopes of the recent half and of the earlier half alone (the rules
+    # read nothing else of those fits: a Line each was a tenth of a pod's state).
+    recent_slope: float | None
+    early_slope: float | None
     span_s: float  # time covered by the fitted buckets
     peak_offset: float  # median of (bucket peak - line): how far peaks ride above the trend
     peak_max_offset: float  # the highest of them
@@ -151,9 +176,10 @@ class Series:
         # Fit the buckets' lows instead of their means: the floor a workload
         # returns to between epochs, batches or days.
         self.on_lows = on_lows
-        self.buckets = Buckets(max(2, int(window_s // bucket_s)))
+        self.buckets = Buckets(max(2, int(window_s // bucket_s)), on_lows=on_lows)
         self.open: Bucket | None = None
-        self.fit: TrendFit | None = None
+        self._fit: TrendFit | None = None
+        self._stale = False  # buckets closed since the fit was made
         self.first_bucket_s: float | None = None  # the series' first bucket ever: the pod's start
 
     def add(self, t: float, value: float | None) -> Bucket | None:
@@ -164,9 +190,9 @@ class Series:
                 self.buckets.append(self.open)
                 closed = self.open
                 oldest = closed.start_s + self.bucket_s - self.window_s
-                while self.buckets.starts[0] < oldest:
+                while self.buckets.first_start() < oldest:
                     self.buckets.popleft()
-                self.fit = self._refit()
+                self._stale = True
             self.open = None
         if value is None:
             return closed
@@ -177,13 +203,25 @@ class Series:
         self.open.add(value)
         return closed
 
+    @property
+    def fit(self) -> TrendFit | None:
+        """The trend over the buckets in the window, fitted when first read
+        after a bucket closed: a poll that brings hours of backlog (a first
+        poll, a takeover) closes a hundred buckets and is fitted once, not
+        a hundred times (each fit is O(buckets^2)); the rules read the same
+        fit of the same buckets either way."""
+        if self._stale:
+            self._fit, self._stale = self._refit(), False
+        return self._fit
+
     def _refit(self) -> TrendFit | None:
         bs = self.buckets
         if len(bs) < 3:
             return None
         half = self.bucket_s / 2
-        ts = [start + half for start in bs.starts]
-        ys = list(bs.lows if self.on_lows else bs.means)
+        starts = bs.column(0)
+        ts = [start + half for start in starts]
+        ys = bs.column(1)  # the means, or the lows for a series on lows
         line = theil_sen(ts, ys)
         if line is None:
             return None
@@ -194,10 +232,11 @@ class Series:
         # window still holds it, the shape of the growth (is it slowing down,
         # does it top out) is read without it: a leak that begins with the
         # pod looked like growth slowing after its start.
-        s0 = 1 if bs.starts[0] == self.first_bucket_s else 0
+        s0 = 1 if starts[0] == self.first_bucket_s else 0
         early = theil_sen(ts[s0:k], ys[s0:k]) if k - s0 >= 3 else None
-        offsets = [peak - line.at(t) for peak, t in zip(bs.peaks, ts)]
-        return TrendFit(line=line, recent=recent, early=early, span_s=ts[-1] - ts[0] + self.bucket_s,
+        offsets = [peak - line.at(t) for peak, t in zip(bs.column(2), ts)]
+        return TrendFit(line=line, recent_slope=None if recent is None else recent.slope,
+                        early_slope=None if early is None else early.slope, span_s=ts[-1] - ts[0] + self.bucket_s,
                         peak_offset=max(0.0, median(offsets)), peak_max_offset=max(0.0, *offsets),
                         top=concave_top(ts[s0:], ys[s0:]))
 

@@ -129,9 +129,9 @@ class World:
         return sc
 
     async def start_operator(self, *, extra_env: dict[str, str] | None = None,
-                             leader_elect: bool = False) -> asyncio.subprocess.Process:
-        """The real operator as a process; ``leader_elect``: one of several
-        replicas, acting only while it holds the Lease default/memoryguard-operator."""
+                             shards: int = 0) -> asyncio.subprocess.Process:
+        """The real operator as a process; ``shards``: one of several
+        replicas sharing that many shards on Leases default/memoryguard-operator-shard-<i>."""
         self.metrics_port = free_port("127.0.0.1")
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "MEMORYGUARD_TIME_SCALE": str(self.speed),
                "MEMORYGUARD_EPOCH": str(self.epoch), "MEMORYGUARD_METRICS_HOST": "127.0.0.1",
@@ -140,7 +140,7 @@ class World:
         log = open(self.workdir / f"operator-{len(self.operators)}.log", "wb")  # noqa: SIM115
         proc = await asyncio.create_subprocess_exec(
             str(BIN / "memoryguard-kuberay"), "operator", "--standalone", "-n", "default",
-            *(["--leader-elect", "--lease-namespace", "default"] if leader_elect else []), stdout=log, stderr=log,
+            *([f"--shards={shards}", "--lease-namespace", "default"] if shards else []), stdout=log, stderr=log,
             env=env)
         self.operators.append(proc)
         return proc

@@ -1,0 +1,244 @@
+"""Shards on Leases (shardplan.py, shards.py, leader.py): the plan on
+tables; the keeper against the emulated API on clocks the test moves
+(its Lease contracts are rows of tests/test_contract_table.py, run on the
+real kube-apiserver too; tests/faults' ``shard-killed`` SIGKILLs a real
+replica mid-rotation)."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterator
+
+import pytest
+
+from memoryguard_kuberay.devkit.emulator.api import ApiError, EmulatedApi
+from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
+from memoryguard_kuberay.operator import shardplan
+from memoryguard_kuberay.operator.kube import Credentials, Kube
+from memoryguard_kuberay.operator.leader import LeaderElector, LeaseConfig
+from memoryguard_kuberay.operator.shards import ShardConfig, ShardKeeper
+
+S = 8
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# -- the plan ------------------------------------------------------------------------
+def test_a_guard_s_shard_is_the_same_in_every_process_and_guards_spread_over_the_shards() -> None:
+    # blake2b, not Python's salted hash(): this value is the same in every process and release.
+    assert shardplan.shard_of("ray", "guard-0", 8) == shardplan.shard_of("ray", "guard-0", 8)
+    counts = collections.Counter(shardplan.shard_of("ns", f"guard-{i}", 8) for i in range(8000))
+    assert len(counts) == 8 and max(counts.values()) < 1.1 * 1000 and min(counts.values()) > 0.9 * 1000
+
+
+@pytest.mark.parametrize(("shards", "replicas", "want"), [(8, 1, 8), (8, 2, 4), (8, 3, 3), (8, 9, 1), (1, 2, 1)])
+def test_each_replica_may_hold_its_fair_share(shards: int, replicas: int, want: int) -> None:
+    assert shardplan.fair_share(shards, replicas) == want
+
+
+def test_the_plan_gives_up_what_is_over_the_share_and_takes_only_what_no_live_replica_holds() -> None:
+    # a alone held all 8; b has come: a keeps 4 and gives 4 up.
+    p = shardplan.plan(8, "a", {"a", "b"}, set(range(8)), dict.fromkeys(range(8), "a"))
+    assert (len(p.keep), len(p.give), p.take, p.want) == (4, 4, (), 4)
+    assert "2 live replica(s) share 8 shard(s): at most 4 each" in p.why
+    # b sees shards 0-3 free, 4-7 held by a (live): it tries at most 4 of the free ones.
+    holders = {**dict.fromkeys(range(4), ""), **dict.fromkeys(range(4, 8), "a")}
+    p = shardplan.plan(8, "b", {"a", "b"}, set(), holders)
+    assert sorted(p.take) == [0, 1, 2, 3]
+    # c is dead (not live): its shard is a candidate, a live replica's is not.
+    p = shardplan.plan(2, "b", {"a", "b"}, set(), {0: "c", 1: "a"})
+    assert p.take == (0,)
+
+
+def test_replicas_that_split_the_work_differently_do_not_act() -> None:
+    assert shardplan.agreed(8, [8, 8])
+    assert not shardplan.agreed(8, [8, 16])
+
+
+def test_a_presence_lease_name_is_a_dns_name_whatever_the_identity() -> None:
+    assert shardplan.replica_lease("mg", "Host_1.example-42") == "mg-replica-host-1-example-42"
+    assert len(shardplan.replica_lease("mg", "x" * 400)) <= 253
+
+
+# -- the keeper, against the emulated API ----------------------------------------------
+@pytest.fixture
+async def kube() -> AsyncIterator[tuple[EmulatedApi, Kube]]:
+    api = EmulatedApi()
+    async with api, EmulatorServer(api) as server:
+        k = Kube(Credentials(server=f"http://127.0.0.1:{server.port}", token="t"), timeout_s=5)
+        try:
+            yield api, k
+        finally:
+            await k.close()
+
+
+def keeper(k: Kube, identity: str, clock: Clock, shards: int = S) -> ShardKeeper:
+    return ShardKeeper(k, ShardConfig("default", "mg", identity, shards), clock=clock)
+
+
+def owned(kp: ShardKeeper) -> set[int]:
+    return {s for s in range(kp.shards) if kp.owns(s)}
+
+
+async def settle(*keepers: tuple[ShardKeeper, Clock], ticks: int = 6) -> None:
+    """Tick every keeper in turn, 3 s of each clock apart; after every tick
+    no shard is owned by two of them."""
+    for _ in range(ticks):
+        for kp, clock in keepers:
+            clock.t += 3
+            await kp.tick()
+            for _ in range(3):  # let a give-up task run
+                await _yield()
+            mine = [owned(k) for k, _ in keepers]
+            assert sum(len(m) for m in mine) == len(set().union(*mine)), f"a shard owned twice: {mine}"
+
+
+async def _yield() -> None:
+    import asyncio
+
+    await asyncio.sleep(0.01)
+
+
+async def test_one_replica_holds_every_shard_and_a_second_takes_half_without_any_shard_owned_twice(kube) -> None:
+    _api, k = kube
+    ca, cb = Clock(), Clock()
+    a = keeper(k, "a", ca)
+    await settle((a, ca), ticks=1)
+    assert owned(a) == set(range(S))
+    b = keeper(k, "b", cb)
+    await settle((a, ca), (b, cb))
+    assert len(owned(a)) == len(owned(b)) == S // 2 and owned(a) | owned(b) == set(range(S))
+    # b taking a shard bumped its term: a guard's memory from before the take is not reused.
+    assert all(b.terms[s] == 1 for s in owned(b))
+
+
+async def test_a_dead_replica_s_shards_are_taken_only_after_its_leases_ran_out(kube) -> None:
+    _api, k = kube
+    ca, cb = Clock(), Clock()
+    a, b = keeper(k, "a", ca), keeper(k, "b", cb)
+    await settle((a, ca), (b, cb))
+    of_a = owned(a)
+    # a dies: no more ticks. b goes on; within the 15 s duration (as b saw it) it takes nothing.
+    for _ in range(4):
+        cb.t += 3
+        await b.tick()
+        assert not owned(b) & of_a
+    for _ in range(3):
+        cb.t += 3
+        await b.tick()
+    assert owned(b) == set(range(S))
+    # a, back from a pause, cannot renew what b took, and stops owning it.
+    ca.t += 30
+    await a.tick()
+    assert not owned(a) & owned(b)
+
+
+async def test_a_replica_that_cannot_renew_stops_acting_before_the_lease_runs_out(kube) -> None:
+    api, k = kube
+    clock = Clock()
+    a = keeper(k, "a", clock)
+    await settle((a, clock), ticks=1)
+    assert owned(a) == set(range(S))
+    api.faults.append(lambda _r: ApiError(503, "ServiceUnavailable", "down"))
+    clock.t += 9
+    assert owned(a) == set(range(S))  # renewed 9 s ago: within the 10 s deadline
+    clock.t += 2
+    assert owned(a) == set()  # 11 s: stopped, 4 s before anyone else may take over
+
+
+async def test_a_shard_is_given_up_only_once_no_cycle_of_its_guards_is_in_flight(kube) -> None:
+    _api, k = kube
+    ca, cb = Clock(), Clock()
+    a = keeper(k, "a", ca)
+    await settle((a, ca), ticks=1)
+    guards = {a.shard("ns", f"g{i}"): f"g{i}" for i in range(200)}
+    assert set(guards) == set(range(S))
+    b = keeper(k, "b", cb)
+    await settle((b, cb), ticks=1)  # b is seen alive; it takes nothing yet: every shard is a's
+    busy = {s: guards[s] for s in range(S)}
+    cms = [a.acting("ns", g) for g in busy.values()]
+    for cm in cms:
+        cm.__enter__()  # a cycle of a guard of every shard in flight
+    ca.t += 3
+    await a.tick()
+    await _yield()
+    giving = set(a.giving)
+    assert len(giving) == S // 2 and not owned(a) & giving  # not acting on them any more...
+    assert a.held >= giving  # ... but still holding them
+    for cm in cms:
+        cm.__exit__(None, None, None)
+    for _ in range(20):
+        await _yield()
+        if not a.giving:
+            break
+    assert not a.held & giving
+    await settle((a, ca), (b, cb), ticks=2)
+    assert owned(b) == giving
+
+
+async def test_while_replicas_disagree_on_the_shard_count_none_acts(kube) -> None:
+    _api, k = kube
+    ca, cb = Clock(), Clock()
+    a, b = keeper(k, "a", ca, shards=8), keeper(k, "b", cb, shards=16)
+    await settle((a, ca), (b, cb), ticks=2)
+    assert owned(a) == set() and owned(b) == set()
+
+
+async def test_a_clean_exit_hands_every_shard_over_at_once(kube) -> None:
+    api, k = kube
+    ca, cb = Clock(), Clock()
+    a, b = keeper(k, "a", ca), keeper(k, "b", cb)
+    await settle((a, ca), (b, cb))
+    await a.close()
+    assert api.get("leases", "default", shardplan.replica_lease("mg", "a")) is None
+    await settle((b, cb), ticks=1)
+    assert owned(b) == set(range(S))
+
+
+async def test_one_lease_one_holder_and_a_takeover_only_after_it_ran_out(kube) -> None:
+    api, k = kube
+    clock_a, clock_b = Clock(), Clock()
+    a = LeaderElector(k, LeaseConfig("default", "l", "a"), clock=clock_a)
+    b = LeaderElector(k, LeaseConfig("default", "l", "b"), clock=clock_b)
+    assert await a.try_acquire_or_renew()
+    assert not await b.try_acquire_or_renew()
+    clock_a.t += 10
+    clock_b.t += 10
+    assert await a.try_acquire_or_renew()
+    assert not await b.try_acquire_or_renew()  # b saw the record change: it waits on
+    clock_b.t += 14
+    assert not await b.try_acquire_or_renew()
+    clock_b.t += 2
+    assert await b.try_acquire_or_renew()
+    lease = api.get("leases", "default", "l")
+    assert lease is not None and lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
+    assert not await a.try_acquire_or_renew()
+    await b.release()
+    assert await a.try_acquire_or_renew()
+
+
+async def test_a_shard_held_again_after_another_replica_held_it_has_a_new_term(kube) -> None:
+    """a lapses past the Lease's duration; b takes the shard and gives it up;
+    a's next renewal takes it back: that is a take, not a renewal, so its
+    guards' memory from before is dropped (the term moves on)."""
+    _api, k = kube
+    ca, cb = Clock(), Clock()
+    a = keeper(k, "a", ca, shards=1)
+    await settle((a, ca), ticks=1)
+    term = a.terms[0]
+    b = keeper(k, "b", cb, shards=1)
+    cb.t += 1
+    await b.tick()  # sees a alive and the shard a's
+    cb.t += 20  # a silent for 20 s as b saw it: b takes the shard
+    await b.tick()
+    assert b.held == {0}
+    await b.close()  # and gives it up
+    ca.t += 3
+    await a.tick()
+    assert a.held == {0} and a.terms[0] == term + 1
