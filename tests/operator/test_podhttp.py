@@ -228,3 +228,19 @@ async def test_the_pool_keeps_at_most_its_cap_and_nothing_idle_past_its_time() -
         pool.close()
         for server, _ in servers:
             await server.close()  # type: ignore[attr-defined]
+
+
+async def test_a_connection_is_reused_only_for_the_pod_it_was_opened_for() -> None:
+    """A new pod given an old pod's IP must not read from a connection kept
+    to the old pod's sidecar (which, in a test world, may still answer)."""
+    server, port = await _sidecar_server("127.0.0.68")
+    pool = podhttp.Pool(max_idle=10)
+    try:
+        await pool.get("127.0.0.68", port, "/healthz", timeout_s=2, max_body=1024, owner="uid-old")
+        await pool.get("127.0.0.68", port, "/healthz", timeout_s=2, max_body=1024, owner="uid-new")
+        assert (pool.opened, pool.reused) == (2, 0)
+        await pool.get("127.0.0.68", port, "/healthz", timeout_s=2, max_body=1024, owner="uid-new")
+        assert (pool.opened, pool.reused) == (2, 1)
+    finally:
+        pool.close()
+        await server.close()  # type: ignore[attr-defined]

@@ -73,14 +73,14 @@ class Pool:
     def __init__(self, *, max_idle: int, idle_s: float = IDLE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.max_idle, self.idle_s, self.clock = max_idle, idle_s, clock
-        self._idle: collections.OrderedDict[tuple[str, int], tuple[socket.socket, float]] = (
+        self._idle: collections.OrderedDict[tuple[str, int, str], tuple[socket.socket, float]] = (
             collections.OrderedDict())
         self.reused = self.opened = 0  # for the benchmark and the tests
 
     def __len__(self) -> int:
         return len(self._idle)
 
-    def _take(self, key: tuple[str, int]) -> socket.socket | None:
+    def _take(self, key: tuple[str, int, str]) -> socket.socket | None:
         held = self._idle.pop(key, None)
         if held is None:
             return None
@@ -90,7 +90,7 @@ class Pool:
             return None
         return sock
 
-    def _keep(self, key: tuple[str, int], sock: socket.socket) -> None:
+    def _keep(self, key: tuple[str, int, str], sock: socket.socket) -> None:
         if self.max_idle <= 0:
             sock.close()
             return
@@ -110,12 +110,16 @@ class Pool:
         while self._idle:
             self._idle.popitem()[1][0].close()
 
-    async def get(self, ip: str, port: int, target: str, *, timeout_s: float, max_body: int) -> Answer:
+    async def get(self, ip: str, port: int, target: str, *, timeout_s: float, max_body: int,
+                  owner: str = "") -> Answer:
+        """``owner``: whose address it is (the pod's uid). A connection is
+        reused only for the same owner: a new pod given an old pod's IP
+        never reads from a connection to the old pod's sidecar."""
         loop = asyncio.get_running_loop()
         keep = self.max_idle > 0
         request = (f"GET {target} HTTP/1.1\r\nHost: {ip}:{port}\r\nAccept: application/json\r\n"
                    f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n").encode("ascii")
-        key = (ip, port)
+        key = (ip, port, owner)
         sock = self._take(key) if keep else None
         try:
             async with asyncio.timeout(timeout_s):

@@ -162,7 +162,7 @@ async def _one(pool: podhttp.Pool, ip: str, port: int, since: float | None, *, t
     target = "/v1/samples" if since is None else f"/v1/samples?since={urllib.parse.quote(repr(since))}"
     t0 = time.monotonic()
     try:
-        answer = await pool.get(ip, port, target, timeout_s=timeout_s, max_body=max_body)
+        answer = await pool.get(ip, port, target, timeout_s=timeout_s, max_body=max_body, owner=pod_uid or "")
     except podhttp.PodHttpError as exc:
         return Poll((), str(exc), time.monotonic() - t0,
                     failure=PollFailure.UNREACHABLE if exc.unreachable else PollFailure.BAD_ANSWER), max_body
