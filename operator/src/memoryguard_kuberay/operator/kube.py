@@ -307,6 +307,14 @@ class Kube:
         await self.request("PATCH", _path(MEMORYGUARDS, namespace, name, "status"), json={"status": dict(status)},
                            content_type="application/merge-patch+json")
 
+    async def _delete_if_there(self, path: str) -> None:
+        """DELETE; an object already gone is what was wanted."""
+        try:
+            await self.request("DELETE", path)
+        except ApiError as e:
+            if not isinstance(e, NotFound):
+                raise
+
     async def get_or_none(self, path: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist (404)."""
         try:
@@ -341,11 +349,7 @@ class Kube:
                                metadata_only=True)
 
     async def delete_configmap(self, namespace: str, name: str) -> None:
-        try:
-            await self.request("DELETE", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
-        except ApiError as e:
-            if not isinstance(e, NotFound):
-                raise
+        await self._delete_if_there(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
 
     async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.get_or_none(_path(LEASES, namespace, name))
@@ -361,29 +365,17 @@ class Kube:
         return await self.list_all(_path(LEASES, namespace), {"labelSelector": label_selector})
 
     async def delete_lease(self, namespace: str, name: str) -> None:
-        try:
-            await self.request("DELETE", _path(LEASES, namespace, name))
-        except ApiError as e:
-            if not isinstance(e, NotFound):
-                raise
+        await self._delete_if_there(_path(LEASES, namespace, name))
 
     async def list_all_guards(self) -> list[dict[str, Any]]:
         doc = await self.request("GET", _path(MEMORYGUARDS, None))
         return list(doc.get("items", []))
 
     async def delete_guard(self, namespace: str, name: str) -> None:
-        try:
-            await self.request("DELETE", _path(MEMORYGUARDS, namespace, name))
-        except ApiError as e:
-            if not isinstance(e, NotFound):
-                raise
+        await self._delete_if_there(_path(MEMORYGUARDS, namespace, name))
 
     async def delete_pdb(self, namespace: str, name: str) -> None:
-        try:
-            await self.request("DELETE", _path(PDBS, namespace, name))
-        except ApiError as e:
-            if not isinstance(e, NotFound):
-                raise
+        await self._delete_if_there(_path(PDBS, namespace, name))
 
     async def event(self, *, namespace: str, involved: Mapping[str, Any], reason: str, message: str,
                     warning: bool = False) -> None:
