@@ -62,6 +62,10 @@ class OperatorMetrics:
         self.template_creep = Gauge(P + "template_creep_bytes_per_hour", "median creep of a group's pods of one "
                                     "template revision", [*g, "group", "template"], registry=r)
         self._groups: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+        # The per-group gauges by the key publish_groups records a series under.
+        self._group_gauges: dict[str, Gauge] = {
+            "oom": self.group_projected_oom, "ws": self.group_working_set, "limit": self.group_limit,
+            "store": self.group_store, "pods": self.group_pods, "creep": self.template_creep}
         self.rotations = Counter(P + "rotations", "rotations by reason and outcome", [*g, "reason", "outcome"],
                                  registry=r)
         self.evictions_refused = Counter(P + "evictions_refused", "evictions refused (429/5xx)", g, registry=r)
@@ -193,10 +197,7 @@ class OperatorMetrics:
                 pass
         self._groups[(namespace, guard)] = seen
 
-    @property
-    def _group_gauges(self) -> dict[str, Gauge]:
-        return {"oom": self.group_projected_oom, "ws": self.group_working_set, "limit": self.group_limit,
-                "store": self.group_store, "pods": self.group_pods, "creep": self.template_creep}
+
 
 def _versions() -> tuple[str, str, str]:
     def version(dist: str) -> str:
