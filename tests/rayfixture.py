@@ -44,14 +44,16 @@ def _start(args: list[str], metrics_port: int, ip: str = "127.0.0.1",
 
 
 @contextlib.contextmanager
-def ray_head(ip: str = "127.0.0.1", env: dict[str, str] | None = None) -> Iterator[RayNode]:
+def ray_head(ip: str = "127.0.0.1", env: dict[str, str] | None = None,
+             args: list[str] | None = None) -> Iterator[RayNode]:
     """``ip``: 127.0.0.1 for a single node, 127.0.0.3 when a second will join.
-    ``env``: more environment for Ray (its workers inherit the raylet's)."""
+    ``env``: more environment for Ray (its workers inherit the raylet's).
+    ``args``: more ``ray start`` flags."""
     if not (VENV_BIN / "ray").exists():
         pytest.skip("ray is not installed")
     gcs_port = free_port(ip)
     metrics_port = free_port(ip)
-    proc = _start(["--head", f"--port={gcs_port}", "--include-dashboard=false"], metrics_port, ip, env)
+    proc = _start(["--head", f"--port={gcs_port}", "--include-dashboard=false", *(args or [])], metrics_port, ip, env)
     node = RayNode(f"{ip}:{gcs_port}", metrics_port, proc, ip)
     try:
         wait_until(lambda: http_get(f"http://{ip}:{metrics_port}/metrics", 2)[0] == 200, 60,

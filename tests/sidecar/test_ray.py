@@ -4,8 +4,10 @@ object store shows in ``plasma_used`` and goes away once freed."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -76,8 +78,20 @@ def _spilled(url: str) -> int | None:
 
 def test_spilled_objects_show_in_the_samples() -> None:
     """A store held beyond its capacity spills, and the samples say so:
-    the policy reads a full store that spills as a pipeline at work."""
-    with ray_head() as head:
+    the policy reads a full store that spills as a pipeline at work.
+
+    Ray spills to a directory of this test's own on tmpfs: by default it
+    spills under /tmp and refuses (OutOfDiskError) once that disk is 95%
+    full, which a CI machine's disk once was (docs/facts.md)."""
+    spill_dir = tempfile.mkdtemp(prefix="mg-spill-", dir="/dev/shm")
+    try:
+        _spill_and_read(spill_dir)
+    finally:
+        shutil.rmtree(spill_dir, ignore_errors=True)
+
+
+def _spill_and_read(spill_dir: str) -> None:
+    with ray_head(args=[f"--object-spilling-directory={spill_dir}"]) as head:
         args = ["--interval", "1", "--ray-metrics-url", f"http://127.0.0.1:{head.metrics_port}/metrics",
                 "--ray-metrics-interval", "2"]
         with sidecar_process("127.0.0.32", args) as url:
