@@ -242,3 +242,61 @@ async def test_a_shard_held_again_after_another_replica_held_it_has_a_new_term(k
     ca.t += 3
     await a.tick()
     assert a.held == {0} and a.terms[0] == term + 1
+
+
+async def test_a_shard_whose_give_up_the_api_refused_is_taken_once_its_lease_runs_out(kube) -> None:
+    """Seen in the 10,000-pod bench: the give-up's PUT answered 409 (the
+    giver's own renewal had written the Lease in between); the Lease kept
+    naming a live replica, so no other ever took it and its guards went
+    unguarded. Now the give-up reads again and retries; and a Lease that
+    ran out is free whoever it names."""
+    api, k = kube
+    ca, cb = Clock(), Clock()
+    a = keeper(k, "a", ca)
+    await settle((a, ca), ticks=1)
+    b = keeper(k, "b", cb)
+    await settle((b, cb), ticks=1)  # b is seen alive; every shard is still a's
+    refused: list[str] = []
+
+    def refuse_give_ups(request: object) -> ApiError | None:
+        method = str(getattr(request, "method", "")).upper()
+        data = getattr(request, "data", None) or {}
+        if "PUT" in method and isinstance(data, dict) and (data.get("spec") or {}).get("holderIdentity") == "":
+            refused.append(str(getattr(request, "name", "")))
+            return ApiError(409, "Conflict", "the object has been modified")
+        return None
+
+    api.faults.append(refuse_give_ups)
+    ca.t += 3
+    await a.tick()
+    for _ in range(20):
+        await _yield()
+        if not a.giving:
+            break
+    api.faults.remove(refuse_give_ups)
+    given = set(range(S)) - a.held
+    assert len(given) == S // 2 and len(refused) == 3 * len(given)  # three tries each, all refused
+    for s in given:  # the Leases still name a, a live replica
+        lease = api.get("leases", "default", shardplan.shard_lease("mg", s))
+        assert lease["spec"]["holderIdentity"] == "a"
+    await settle((a, ca), (b, cb), ticks=8)  # 24 s of each clock: past the 15 s duration
+    assert owned(b) == given and owned(a) == set(range(S)) - given
+
+
+async def test_a_give_up_that_races_a_renewal_reads_again_and_succeeds(kube) -> None:
+    api, k = kube
+    clock = Clock()
+    a = keeper(k, "a", clock, shards=1)
+    await settle((a, clock), ticks=1)
+    conflicts = [1]
+
+    def once(request: object) -> ApiError | None:
+        if "PUT" in str(getattr(request, "method", "")).upper() and conflicts:
+            conflicts.pop()
+            return ApiError(409, "Conflict", "the object has been modified")
+        return None
+
+    api.faults.append(once)
+    assert await a.electors[0].release()
+    assert not conflicts  # the first PUT was refused, the second went through
+    assert api.get("leases", "default", shardplan.shard_lease("mg", 0))["spec"]["holderIdentity"] == ""

@@ -67,6 +67,16 @@ class LeaderElector:
         if record != self.observed:
             self.observed, self.observed_at = record, now
 
+    def expired(self, now: float) -> bool:
+        """Free for anyone to take, as this replica has seen the Lease: no
+        holder, or the holder's record unchanged for its duration. Whoever
+        the holder is, alive or not: a holder that stopped renewing has
+        stopped acting (``renew_deadline_s``)."""
+        if self.observed is None:
+            return False
+        holder, _renewed, duration = self.observed
+        return not holder or now - self.observed_at >= float(duration or self.cfg.lease_s)
+
     async def try_acquire_or_renew(self) -> bool:
         """One attempt: True when this replica holds the Lease afterwards."""
         cfg = self.cfg
@@ -105,12 +115,24 @@ class LeaderElector:
         self.last_renewed = now
         return True
 
-    async def release(self) -> None:
-        """Give the Lease up on a clean exit, so a standby takes over at once."""
-        try:
-            lease = await self.kube.get_lease(self.cfg.namespace, self.cfg.name)
-            if lease and (lease.get("spec") or {}).get("holderIdentity") == self.cfg.identity:
+    async def release(self, attempts: int = 3) -> bool:
+        """Give the Lease up (a clean exit, a shard over this replica's
+        share), so another takes over at once. A write in between (this
+        replica's own renewal racing the release) answers 409: read again
+        and retry. True when the Lease no longer names this replica; when
+        it still does, it runs out after its duration like a dead holder's."""
+        for _ in range(attempts):
+            try:
+                lease = await self.kube.get_lease(self.cfg.namespace, self.cfg.name)
+                if not lease or (lease.get("spec") or {}).get("holderIdentity") != self.cfg.identity:
+                    return True
                 spec = {**lease["spec"], "holderIdentity": "", "renewTime": micro_time(self.wall())}
                 await self.kube.replace_lease(self.cfg.namespace, self.cfg.name, {**lease, "spec": spec})
-        except (ApiError, OSError) as e:
-            log.warning("could not give the Lease up: %s", e)
+                return True
+            except Conflict:
+                continue
+            except (ApiError, OSError) as e:
+                log.warning("could not give the Lease %s up: %s", self.cfg.name, e)
+                return False
+        log.warning("could not give the Lease %s up: %d conflicting writes", self.cfg.name, attempts)
+        return False

@@ -175,8 +175,12 @@ class ShardKeeper:
             meta, spec = lease.get("metadata") or {}, lease.get("spec") or {}
             name, holder = str(meta.get("name", "")), str(spec.get("holderIdentity") or "")
             if name in shard_names:
-                holders[shard_names[name]] = holder
-                self.electors[shard_names[name]].observe(lease, now)  # expiry counts from what this list saw
+                e = self.electors[shard_names[name]]
+                e.observe(lease, now)  # expiry counts from what this list saw
+                # A Lease that ran out is free whoever it names, a live
+                # replica included (one whose give-up the API refused, say):
+                # else it would stay named and never taken again.
+                holders[shard_names[name]] = "" if e.expired(now) else holder
                 continue
             if not name.startswith(prefix) or name == self.presence.cfg.name:
                 continue
@@ -230,8 +234,10 @@ class ShardKeeper:
             await asyncio.sleep(0.1)
         self.held.discard(s)
         try:
-            await self.electors[s].release()
-            log.info("gave shard %d up", s)
+            if await self.electors[s].release():
+                log.info("gave shard %d up", s)
+            else:
+                log.warning("shard %d not given up: it is free for another replica once its Lease runs out", s)
         finally:
             self.giving.discard(s)
 
