@@ -171,6 +171,25 @@ async def test_a_pool_polls_a_sidecar_on_one_kept_connection() -> None:
         await server.close()  # type: ignore[attr-defined]
 
 
+async def test_polls_through_the_sidecar_client_share_the_operator_s_pool() -> None:
+    """The path the operator takes (sidecar_client.poll with the operator's
+    pool). Found in issue 25's bench: ``pool or Pool(max_idle=0)`` replaced
+    the shared pool while it was empty (a Pool with no idle connection is
+    falsy), so it stayed empty and every poll opened a connection."""
+    from memoryguard_kuberay.operator import sidecar_client
+
+    server, port = await _sidecar_server("127.0.0.65")
+    pool = podhttp.Pool(max_idle=10)
+    try:
+        for _ in range(3):
+            got = await sidecar_client.poll("127.0.0.65", port, None, timeout_s=2, now=time.time, pool=pool)
+            assert got.error is None, got.error
+        assert (pool.opened, pool.reused, len(pool)) == (1, 2, 1)
+    finally:
+        pool.close()
+        await server.close()  # type: ignore[attr-defined]
+
+
 async def test_a_kept_connection_the_sidecar_closed_is_found_out_and_the_get_sent_anew() -> None:
     server, port = await _sidecar_server("127.0.0.63")
     pool = podhttp.Pool(max_idle=10)

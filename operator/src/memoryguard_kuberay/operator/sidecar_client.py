@@ -113,7 +113,9 @@ async def poll(ip: str, port: int, since: float | None, *, timeout_s: float,
     try:
         return await _poll(ip, port, since, t0=t0, timeout_s=timeout_s, now=now, pod_uid=pod_uid,
                            require_uid=require_uid, oldest_s=oldest_s, max_future_s=max_future_s,
-                           max_pages=max_pages, budget=budget, pool=pool or podhttp.Pool(max_idle=0))
+                           max_pages=max_pages, budget=budget,
+                           # not `pool or ...`: a Pool with no idle connection has len 0, and is falsy
+                           pool=podhttp.Pool(max_idle=0) if pool is None else pool)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a shape of answer no check above foresaw: this pod's verdict, never the cycle's

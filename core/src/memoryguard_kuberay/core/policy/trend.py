@@ -54,6 +54,33 @@ def theil_sen(ts: Sequence[float], ys: Sequence[float]) -> Line | None:
     return Line(slope=b, intercept=a, tau=concordant / m)
 
 
+def theil_sen_with_halves(ts: Sequence[float], ys: Sequence[float], *, k: int,
+                          s0: int = 0) -> tuple[Line | None, float | None, float | None]:
+    """``theil_sen(ts, ys)``, with the slopes of ``theil_sen(ts[k:], ys[k:])``
+    and ``theil_sen(ts[s0:k], ys[s0:k])`` (None under three points), from one
+    set of pairwise slopes: a half's pairs are among the whole's, so each
+    division is made once (the halves were a third of the policy's time,
+    issue 25). The same doubles as three separate fits. ``ts`` strictly
+    ascending (bucket times are)."""
+    n = len(ts)
+    # rows[i]: the slopes from point i to each later point, in order.
+    rows = [[(ys[j] - yi) / (ts[j] - ti) for j in range(i + 1, n)] for i, (ti, yi) in enumerate(zip(ts, ys))]
+    slopes = [x for row in rows for x in row]
+    if not slopes:
+        return None, None, None
+    slopes.sort()
+    m = len(slopes)
+    b = slopes[m // 2] if m % 2 else (slopes[m // 2 - 1] + slopes[m // 2]) / 2.0
+    a = median([y - b * t for t, y in zip(ts, ys)])
+    concordant = (m - bisect.bisect_right(slopes, 0.0)) - bisect.bisect_left(slopes, 0.0)
+    line = Line(slope=b, intercept=a, tau=concordant / m)
+    # Pairs within [k, n): every later point of rows k..n-1. Within [s0, k):
+    # row i's first k-1-i slopes.
+    recent = median([x for row in rows[k:] for x in row]) if n - k >= 3 else None
+    early = median([x for i in range(s0, k) for x in rows[i][:k - 1 - i]]) if k - s0 >= 3 else None
+    return line, recent, early
+
+
 def concave_top(ts: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
     """Fit ``y = a + b t + c t^2`` by least squares; when it bends down
     (``c < 0``), the time and height of its top, else None. Growth that is

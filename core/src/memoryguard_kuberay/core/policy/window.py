@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from memoryguard_kuberay.core.policy.trend import Line, concave_top, median, theil_sen
+from memoryguard_kuberay.core.policy.trend import Line, concave_top, median, theil_sen_with_halves
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
 
@@ -222,21 +222,19 @@ class Series:
         starts = bs.column(0)
         ts = [start + half for start in starts]
         ys = bs.column(1)  # the means, or the lows for a series on lows
-        line = theil_sen(ts, ys)
-        if line is None:
-            return None
         k = len(bs) // 2
-        recent = theil_sen(ts[k:], ys[k:]) if len(bs) - k >= 3 else None
         # The first bucket of a series holds the pod's start (Ray's processes
         # starting, imports, the first tasks): a step, not a pace. While the
         # window still holds it, the shape of the growth (is it slowing down,
         # does it top out) is read without it: a leak that begins with the
         # pod looked like growth slowing after its start.
         s0 = 1 if starts[0] == self.first_bucket_s else 0
-        early = theil_sen(ts[s0:k], ys[s0:k]) if k - s0 >= 3 else None
+        # The whole window, its recent half and its early half (less the start).
+        line, recent, early = theil_sen_with_halves(ts, ys, k=k, s0=s0)
+        if line is None:
+            return None
         offsets = [peak - line.at(t) for peak, t in zip(bs.column(2), ts)]
-        return TrendFit(line=line, recent_slope=None if recent is None else recent.slope,
-                        early_slope=None if early is None else early.slope, span_s=ts[-1] - ts[0] + self.bucket_s,
+        return TrendFit(line=line, recent_slope=recent, early_slope=early, span_s=ts[-1] - ts[0] + self.bucket_s,
                         peak_offset=max(0.0, median(offsets)), peak_max_offset=max(0.0, *offsets),
                         top=concave_top(ts[s0:], ys[s0:]))
 
