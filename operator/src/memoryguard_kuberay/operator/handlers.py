@@ -67,6 +67,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         kube=kube, events=events, drainer=drainer, pods=PodCaches(kube, watch_timeout_s=cfg.watch_timeout_s),
         clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics, sidecar_image=cfg.sidecar_image, trust=cfg.trust,
         ray_forensics=cfg.drain, roster=GuardRoster(kube, limit=cfg.max_guards_per_namespace), shards=shards)
+    pool = memo.ctx.pod_pool
+    metrics.count_connections(lambda: (pool.opened, pool.reused))
 
 
 async def _keep_shards(shards: AllShards | ShardKeeper, metrics: OperatorMetrics, identity: str) -> None:

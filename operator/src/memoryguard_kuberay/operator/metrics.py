@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from memoryguard_kuberay.operator.status import AT_RISK, PodView, pod_status, templates
 
@@ -91,6 +93,13 @@ class OperatorMetrics:
         # Per guard, its pods' series: (pod, group) -> the verdict series set.
         self._pods: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
         self._degraded: dict[tuple[str, str], str] = {}
+
+    def count_connections(self, counts: Callable[[], tuple[int, int]]) -> None:
+        """``memoryguard_sidecar_connections_total{how="opened"|"reused"}``,
+        read from the pool at each scrape (``counts``: opened, reused): polls
+        that open a connection each time cost about half the operator's CPU,
+        so whether they are reused is worth a look (issue 25)."""
+        self.registry.register(_Connections(counts))
 
     def owning(self, identity: str, owned: int, shards: int) -> None:
         self.leader.labels(identity).set(1 if owned else 0)
@@ -197,6 +206,19 @@ class OperatorMetrics:
                 pass
         self._groups[(namespace, guard)] = seen
 
+
+
+class _Connections(Collector):
+    def __init__(self, counts: Callable[[], tuple[int, int]]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        opened, reused = self.counts()
+        family = CounterMetricFamily(P + "sidecar_connections", "connections to sidecars: opened for a poll, or "
+                                     "reused (kept from the last poll of the pod)", labels=["how"])
+        family.add_metric(["opened"], opened)
+        family.add_metric(["reused"], reused)
+        yield family
 
 
 def _versions() -> tuple[str, str, str]:
