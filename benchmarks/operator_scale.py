@@ -317,6 +317,15 @@ def metric_sum(text: str, name: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
+def connections(text: str) -> dict[str, float]:
+    """The operator's connections to sidecars since it started: opened, reused."""
+    out = {}
+    for how in ("opened", "reused"):
+        prefix = f'memoryguard_sidecar_connections_total{{how="{how}"}} '
+        out[how] = sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+    return out
+
+
 def scrape(port: int) -> str:
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=20).read().decode()
 
@@ -420,7 +429,7 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
                              "p50_s": quantile(window, 0.5) if window else None,
                              "p99_s": quantile(window, 0.99) if window else None,
                              "cycle_mean_s": round((s1[0] - s0[r][0]) / cycles, 1) if cycles else None,
-                             "metrics_bytes": len(text)})
+                             "metrics_bytes": len(text), "connections": connections(text)})
             gaps = longest_gaps(range(here), since=t0, end=end)
             gaps.update(far)
             statuses = [(g.get("status") or {}) for g in api.objects("memoryguards", "default")]
@@ -539,7 +548,8 @@ def main() -> int:
               f"core, RSS {row['rss_mib']} MiB (peak {row['peak_rss_mib']}), at steady state {steady:.0f} MiB "
               f"(+{extra:.2f} KiB a pod: the floor's 28 h the bench's history lacks), sample->decision p50 {p50} s "
               f"p99 {p99} s over {row['decisions']} decisions, cycle {row['cycle_mean_s']} s, /metrics "
-              f"{row['metrics_bytes'] / 1024:.0f} KiB", flush=True)
+              f"{row['metrics_bytes'] / 1024:.0f} KiB, connections to sidecars {row['connections']['opened']:.0f} "
+              f"opened and {row['connections']['reused']:.0f} reused since it started", flush=True)
     print(f"  per pod: {worst_cpu * 1e6:.1f} micro-core and {worst_mem * 1024:.1f} KiB of RSS (the busiest replica, "
           "its whole RSS over its pods)")
     proj_cpu = worst_cpu * 20000

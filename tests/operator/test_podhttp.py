@@ -178,11 +178,11 @@ async def test_polls_through_the_sidecar_client_share_the_operator_s_pool() -> N
     falsy), so it stayed empty and every poll opened a connection."""
     from memoryguard_kuberay.operator import sidecar_client
 
-    server, port = await _sidecar_server("127.0.0.65")
+    server, port = await _sidecar_server("127.0.0.69")
     pool = podhttp.Pool(max_idle=10)
     try:
         for _ in range(3):
-            got = await sidecar_client.poll("127.0.0.65", port, None, timeout_s=2, now=time.time, pool=pool)
+            got = await sidecar_client.poll("127.0.0.69", port, None, timeout_s=2, now=time.time, pool=pool)
             assert got.error is None, got.error
         assert (pool.opened, pool.reused, len(pool)) == (1, 2, 1)
     finally:
@@ -243,6 +243,24 @@ async def test_the_pool_keeps_at_most_its_cap_and_nothing_idle_past_its_time() -
         now[0] += 41
         await pool.get("127.0.0.67", servers[2][1], "/healthz", timeout_s=2, max_body=1024)
         assert len(pool) == 1 and pool.opened == 4  # the idle one too old was not reused, the other dropped
+    finally:
+        pool.close()
+        for server, _ in servers:
+            await server.close()  # type: ignore[attr-defined]
+
+
+async def test_more_pods_than_the_cap_polled_in_turn_reuse_the_cap_s_worth() -> None:
+    """Five pods polled in turn, three rounds, a cap of three: the first
+    three keep their connections, the other two open one each round. (The
+    oldest closed for the newest, every connection would be closed just
+    before its pod's turn: 0 reused; issue 25's bench at 20,000 pods.)"""
+    servers = [await _sidecar_server(f"127.0.0.{80 + i}") for i in range(5)]
+    pool = podhttp.Pool(max_idle=3)
+    try:
+        for _round in range(3):
+            for i, (_s, port) in enumerate(servers):
+                await pool.get(f"127.0.0.{80 + i}", port, "/healthz", timeout_s=2, max_body=1024)
+        assert len(pool) == 3 and (pool.opened, pool.reused) == (5 + 2 + 2, 3 + 3)
     finally:
         pool.close()
         for server, _ in servers:

@@ -20,7 +20,8 @@ head at most ``MAX_HEAD`` bytes, the body at most the caller's
 ``max_body``, all of it within ``timeout_s`` (a slow drip ends there).
 ``Transfer-Encoding`` is refused: the sidecar never sends it. A connection
 is kept only after a whole answer of the declared length, and kept idle
-for at most ``IDLE_S``; the pool holds at most ``max_idle`` (descriptors).
+for at most ``IDLE_S``; the pool holds at most ``max_idle`` (descriptors):
+when full, a new connection is closed after its answer and those kept stay.
 
 Errors are ``PodHttpError`` with a reason a person can read; nothing else
 is raised for anything the peer does.
@@ -97,14 +98,22 @@ class Pool:
         old = self._idle.pop(key, None)
         if old is not None:
             old[0].close()
-        self._idle[key] = (sock, self.clock())
         now = self.clock()
-        while self._idle:  # the oldest first: over the cap, or idle too long
+        while self._idle:  # the oldest first: those idle too long
             _k, (first, since) = next(iter(self._idle.items()))
-            if len(self._idle) <= self.max_idle and now - since <= self.idle_s:
+            if now - since <= self.idle_s:
                 break
             self._idle.popitem(last=False)
             first.close()
+        if len(self._idle) >= self.max_idle:
+            # Full: the new one is closed, not the oldest. Pods are polled in
+            # turn, so the oldest idle connection is the next to be asked
+            # for; closing it for this one (least recently used) reuses none
+            # once there are more pods than the cap (seen: 20,000 pods, a cap
+            # of 9,744 descriptors, 0 reused); this way the cap's worth are.
+            sock.close()
+            return
+        self._idle[key] = (sock, now)
 
     def close(self) -> None:
         while self._idle:
