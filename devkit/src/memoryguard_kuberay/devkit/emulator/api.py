@@ -454,9 +454,13 @@ class EmulatedApi(kmock.KubernetesScaffold):
             # for its later pages stays what it was; the answer is serialised
             # at once. (Copies of 40,000 pods per LIST took the emulator
             # gigabytes and a minute: issue 25's bench.)
-            items = [o for (g, p, ons, _), o in sorted(self.store.items())
-                     if g == k.group and p == k.plural and (not ns or ons == ns)
-                     and labels(o["metadata"].get("labels") or {}) and fields(o)]
+            # The kind's objects first, then sorted: sorting the whole store
+            # (40,000 pods) for a LIST of 800 RayClusters was most of the
+            # emulator's time in issue 25's bench.
+            mine = sorted(((key, o) for key, o in self.store.items()
+                           if key[1] == k.plural and key[0] == k.group and (not ns or key[2] == ns)),
+                          key=lambda kv: kv[0])
+            items = [o for _key, o in mine if labels(o["metadata"].get("labels") or {}) and fields(o)]
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if limit and len(items) > limit:
             items, rest = items[:limit], items[limit:]
