@@ -152,7 +152,15 @@ def _number(value: object) -> float | None:
     return f if math.isfinite(f) else None
 
 
+_EXACT = 2**53  # an int up to this is exact as a double: int(float(v)) == v
+
+
 def _coerce(attr: str, value: object) -> int | float | None:
+    # The common case, bytes as a JSON integer, without the round trip
+    # through float (the same value); a first poll parses hundreds of
+    # samples of a dozen fields each (issue 25: a takeover's cost).
+    if type(value) is int and 0 <= value <= _EXACT and attr not in FLOAT_FIELDS:
+        return value
     f = _number(value)
     if f is None or f < 0:
         return None
