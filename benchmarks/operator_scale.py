@@ -402,7 +402,12 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
             logs.append(tmp / f"operator-{r}.log")
             env = {**os.environ, "KUBECONFIG": str(tmp / "kubeconfig"), "MEMORYGUARD_METRICS_HOST": "127.0.0.1",
                    "MEMORYGUARD_METRICS_PORT": str(metrics_port), "MEMORYGUARD_DRAIN": "false",
-                   "MEMORYGUARD_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING")}
+                   "MEMORYGUARD_LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
+                   # Every guard here is in one namespace: past the default
+                   # cap of 50 a namespace (a tenant's), the newest are
+                   # refused TooManyGuards (the runs before 2026-12-02
+                   # guarded 25,000 of 40,000 pods so).
+                   "MEMORYGUARD_MAX_GUARDS_PER_NAMESPACE": str(max(50, guards))}
             mode = [f"--shards={shards}", "--lease-namespace", "default"] if shards else ["--standalone"]
             with logs[-1].open("wb") as log:
                 procs.append(await asyncio.create_subprocess_exec(
@@ -458,6 +463,8 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
                    "max_gap_s": round(max(gaps.values()), 1),
                    "status_bytes": max(len(json.dumps(s, separators=(",", ":"))) for s in statuses),
                    "status_missing": sum(1 for s in statuses if "summary" not in s), "not_written": not_written,
+                   "refused": sum(1 for s in statuses if any(c.get("reason") == "TooManyGuards"
+                                                             for c in s.get("conditions") or [])),
                    "rotations": sum(((s.get("rotations") or {}).get("total") or 0) for s in statuses)}
             if kill and replicas > 1:
                 out["takeover_s"] = await _takeover(procs, ports, n)
@@ -522,6 +529,8 @@ def missed(r: dict[str, Any], extra_kib: float) -> list[str]:
         out.append(f"{r['status_missing']} status(es) missing, {r['not_written']} write(s) refused")
     if r["guarded"] != r["pods"]:
         out.append(f"{r['guarded']} of {r['pods']} pods guarded")
+    if r["refused"]:
+        out.append(f"{r['refused']} guard(s) refused TooManyGuards")
     return out
 
 
