@@ -3,7 +3,8 @@
 Theil-Sen (the median of pairwise slopes) ignores up to ~29% of outliers, so
 short spikes and the odd missed bucket do not bend the line the way a least
 squares fit would. Purely computational; O(n^2) in the number of buckets,
-called once per closed bucket.
+called once per closed bucket (the policy fits a window and its two halves
+from one set of pairwise slopes: ``theil_sen_with_halves``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def theil_sen(ts: Sequence[float], ys: Sequence[float]) -> Line | None:
     if not slopes:
         return None
     slopes.sort()
+    return _line(slopes, ts, ys)
+
+
+def _line(slopes: list[float], ts: Sequence[float], ys: Sequence[float]) -> Line:
+    """The line of pairwise ``slopes`` (sorted, not empty) through the points."""
     m = len(slopes)
     b = slopes[m // 2] if m % 2 else (slopes[m // 2 - 1] + slopes[m // 2]) / 2.0
     a = median([y - b * t for t, y in zip(ts, ys)])
@@ -69,11 +75,7 @@ def theil_sen_with_halves(ts: Sequence[float], ys: Sequence[float], *, k: int,
     if not slopes:
         return None, None, None
     slopes.sort()
-    m = len(slopes)
-    b = slopes[m // 2] if m % 2 else (slopes[m // 2 - 1] + slopes[m // 2]) / 2.0
-    a = median([y - b * t for t, y in zip(ts, ys)])
-    concordant = (m - bisect.bisect_right(slopes, 0.0)) - bisect.bisect_left(slopes, 0.0)
-    line = Line(slope=b, intercept=a, tau=concordant / m)
+    line = _line(slopes, ts, ys)
     # Pairs within [k, n): every later point of rows k..n-1. Within [s0, k):
     # row i's first k-1-i slopes.
     recent = median([x for row in rows[k:] for x in row]) if n - k >= 3 else None
