@@ -35,15 +35,20 @@ from memoryguard_kuberay.operator.shards import AllShards, ShardKeeper
 
 POD_CONNECTIONS = 256  # every guard's polls at once
 KEPT_CONNECTIONS = 50_000  # idle connections to sidecars at most (descriptors), within the process's own limit
+OTHER_DESCRIPTORS = 1024  # the API's connections and watches, the metrics server, drains, files: far fewer
 
 
 def kept_connections() -> int:
-    """Idle connections the pool may keep: at most half the descriptors this
-    process may open (the rest: polls in flight, watches, the metrics server)."""
+    """Idle connections the pool may keep: the descriptors this process may
+    open, less the polls in flight and a reserve for everything else. (Half
+    of them, before: under a limit of 20,000 a replica of 20,000 pods kept
+    9,744 and opened a connection for every other poll.) Past the cap a
+    poll's connection is closed after it; out of descriptors, a poll fails
+    and the next one tries again (podhttp.py)."""
     import resource
 
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return max(0, min(KEPT_CONNECTIONS, soft // 2 - POD_CONNECTIONS))
+    return max(0, min(KEPT_CONNECTIONS, soft - POD_CONNECTIONS - OTHER_DESCRIPTORS))
 
 
 @dataclasses.dataclass
