@@ -47,6 +47,7 @@ class SidecarProxy:
         self.server: asyncio.Server | None = None
         self.last_good: float | None = None  # clock time of the last good samples answer
         self.answers: dict[Mode, int] = {}
+        self.clients: set[asyncio.StreamWriter] = set()  # connections open to the operator, kept ones included
 
     async def start(self) -> None:
         self.server = await asyncio.start_server(self._handle, self.ip, self.port, reuse_address=True)
@@ -54,6 +55,8 @@ class SidecarProxy:
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
+            for writer in list(self.clients):  # kept connections go too: a pod that is down answers nothing
+                writer.transport.abort()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 2)
             self.server = None
@@ -66,39 +69,58 @@ class SidecarProxy:
         self.mode = mode
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        mode = self.mode
+        """Every ask on a connection, each in the mode of its moment: the
+        operator keeps its connection to a sidecar (keep-alive), and a
+        fault must reach a kept connection as it reaches a new one. To the
+        backend each ask goes on a connection of its own, asking it to close
+        (its answer then ends where the connection does)."""
+        self.clients.add(writer)
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-            if mode is Mode.HANG:
-                while self.mode is Mode.HANG and self.server is not None:
-                    await asyncio.sleep(0.2)
-                return
-            if mode is Mode.SLOW:
-                await asyncio.sleep(self.slow_s)
-            if mode in HOSTILE:
-                await self._hostile(mode, writer)
-                return
-            r, w = await asyncio.open_connection(self.ip, self.backend_port)
-            w.write(head)
-            await w.drain()
-            data = await asyncio.wait_for(r.read(), 10)
-            w.close()
-            status_line, _, rest = data.partition(b"\r\n")
-            headers, _, body = rest.partition(b"\r\n\r\n")
-            is_samples = head.split(b" ", 2)[1].startswith(b"/v1/samples") if b" " in head else False
-            if is_samples and b" 200 " in status_line:
-                body = spoil(mode, body)
-            self.answers[mode] = self.answers.get(mode, 0) + 1
-            kept = [h for h in headers.split(b"\r\n") if not h.lower().startswith(b"content-length:")]
-            out = b"\r\n".join([status_line, *kept, b"Content-Length: %d" % len(body)]) + b"\r\n\r\n" + body
-            writer.write(out)
-            await writer.drain()
-            if is_samples and mode in (Mode.OK, Mode.SKEWED) and b" 200 " in status_line:
-                self.last_good = self.clock()
+            wait_s = 5.0
+            while True:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), wait_s)
+                if not await self._answer(head, writer):
+                    return
+                wait_s = 60.0  # as the sidecar waits on a kept connection
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
+            self.clients.discard(writer)
             writer.close()
+
+    async def _answer(self, head: bytes, writer: asyncio.StreamWriter) -> bool:
+        """One ask answered; True when the connection is kept for another."""
+        mode = self.mode
+        if mode is Mode.HANG:
+            while self.mode is Mode.HANG and self.server is not None:
+                await asyncio.sleep(0.2)
+            return False
+        if mode is Mode.SLOW:
+            await asyncio.sleep(self.slow_s)
+        if mode in HOSTILE:
+            await self._hostile(mode, writer)
+            return False
+        keep = b"keep-alive" in head.lower()
+        ask = [h for h in head.split(b"\r\n") if h and not h.lower().startswith(b"connection:")]
+        r, w = await asyncio.open_connection(self.ip, self.backend_port)
+        w.write(b"\r\n".join([*ask, b"Connection: close"]) + b"\r\n\r\n")
+        await w.drain()
+        data = await asyncio.wait_for(r.read(), 10)
+        w.close()
+        status_line, _, rest = data.partition(b"\r\n")
+        headers, _, body = rest.partition(b"\r\n\r\n")
+        is_samples = head.split(b" ", 2)[1].startswith(b"/v1/samples") if b" " in head else False
+        if is_samples and b" 200 " in status_line:
+            body = spoil(mode, body)
+        self.answers[mode] = self.answers.get(mode, 0) + 1
+        kept = [h for h in headers.split(b"\r\n") if not h.lower().startswith((b"content-length:", b"connection:"))]
+        out = b"\r\n".join([status_line, *kept, b"Connection: " + (b"keep-alive" if keep else b"close"),
+                             b"Content-Length: %d" % len(body)]) + b"\r\n\r\n" + body
+        writer.write(out)
+        await writer.drain()
+        if is_samples and mode in (Mode.OK, Mode.SKEWED) and b" 200 " in status_line:
+            self.last_good = self.clock()
+        return keep
 
 
     async def _hostile(self, mode: Mode, writer: asyncio.StreamWriter) -> None:
