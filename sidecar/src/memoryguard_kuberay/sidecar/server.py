@@ -98,6 +98,14 @@ class SidecarServer:
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
+            # Kept connections end too, and their handlers return before the
+            # loop stops (else each is cancelled mid-read, logged as an error).
+            for writer in list(self.conns.values()):
+                writer.transport.abort()
+            for _ in range(10):
+                if not self.conns:
+                    break
+                await asyncio.sleep(0.01)
             await self.server.wait_closed()
 
     def _make_room(self, peer: str) -> None:
