@@ -97,8 +97,7 @@ class LeaderElector:
         self.observe(lease, now)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
-        duration = float(spec.get("leaseDurationSeconds") or cfg.lease_s)
-        if holder and holder != cfg.identity and now - self.observed_at < duration:
+        if holder != cfg.identity and not self.expired(now):
             return False  # held, and renewed within its duration as far as we have seen
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == cfg.identity else 1)
         acquired = spec.get("acquireTime") if holder == cfg.identity else None
