@@ -60,6 +60,7 @@ class Result:
     seconds: float
     ok: bool
     problem: str = ""
+    detail: str = ""  # on a failure: what the guard's status said and the operator's log, for CI's output
 
 
 async def play(workdir: Path, sc: Scenario, *, seed: int = 7) -> Result:
@@ -93,7 +94,9 @@ async def play(workdir: Path, sc: Scenario, *, seed: int = 7) -> Result:
         if not ok and not problem:
             problem = (f"expected rotated {sc.rotated} failed {sc.failed}, got rotated {figures['rotated']} "
                        f"failed {figures['failed']} false {figures['false']}")
-        return Result(sc, figures, list(ref.violations), time.monotonic() - t0, ok, problem)
+        detail = "" if ok else (f"--- the guard's status.pods ---\n{json.dumps(w.guard_status().get('pods'))[:4000]}\n"
+                                f"--- operator log ---\n{w.operator_log()[-8000:]}")
+        return Result(sc, figures, list(ref.violations), time.monotonic() - t0, ok, problem, detail)
 
 
 def peak_rss_mib(pid: int) -> float:

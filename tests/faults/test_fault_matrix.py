@@ -20,4 +20,4 @@ async def test_fault(tmp_path: Path, sc: Scenario) -> None:
     result = await play(tmp_path, sc)
     RESULTS.append(result)
     assert not result.violations, "\n".join(result.violations)
-    assert result.ok, result.problem
+    assert result.ok, f"{result.problem}\n{result.detail}"

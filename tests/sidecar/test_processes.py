@@ -15,6 +15,7 @@ from memoryguard_kuberay.sidecar import processes
 
 from ..procs import get_json, sidecar_process, wait_until
 
+SMALL_BIG = "b = b'x' * (1 << 27); print('ready', flush=True); input()"  # 128 MiB of its own
 BIG = "import sys; b = bytearray(b'x' * (160 * 1024 * 1024)); print('ready', flush=True); sys.stdin.readline()"
 
 
@@ -82,8 +83,10 @@ def test_the_sidecar_serves_its_processes() -> None:
 def test_secret_shaped_arguments_are_never_served() -> None:
     # Issue 24: /v1/processes returned Ray's --redis_password and a --token verbatim.
     secret = "s3cr3t-value-42"
-    proc = subprocess.Popen([sys.executable, "-c", BIG, "--node-ip-address=127.0.0.1", f"--redis_password={secret}",
-                             "--token", secret, f"AWS_SECRET_ACCESS_KEY={secret}"],
+    # argv[0] short and the program small: the served line is cut at CMDLINE_MAX, and the
+    # interpreter's own path (a checkout's venv) must not push the arguments past the cut.
+    proc = subprocess.Popen(["python3", "-c", SMALL_BIG, "--node-ip-address=127.0.0.1", f"--redis_password={secret}",
+                             "--token", secret, f"AWS_SECRET_ACCESS_KEY={secret}"], executable=sys.executable,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
@@ -94,7 +97,9 @@ def test_secret_shaped_arguments_are_never_served() -> None:
         proc.kill()
         proc.wait()
     assert secret not in row["cmdline"], row["cmdline"]
+    assert not row["cmdline"].endswith("..."), f"the line was cut; the test proves nothing: {row['cmdline']}"
     assert "--redis_password=<redacted>" in row["cmdline"] and "--node-ip-address=127.0.0.1" in row["cmdline"]
+    assert "--token <redacted>" in row["cmdline"] and "AWS_SECRET_ACCESS_KEY=<redacted>" in row["cmdline"]
 
 
 @pytest.mark.parametrize("cmd, served", [

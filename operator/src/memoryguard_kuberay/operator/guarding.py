@@ -117,6 +117,10 @@ class GuardReconciler:
             log.info("%s/%s %s: %s", self.namespace, self.name, said.reason.value, said.message)
             self.ctx.events.announce(self.namespace, guard, said)
 
+    def pods(self) -> int | None:
+        """The pods this guard polls, as its last cycle found them (None before one)."""
+        return None if self.memory is None else len(self.memory.tracks)
+
     @property
     def mem(self) -> Memory:
         assert self.memory is not None, "the cycle reads the memory back first"

@@ -116,6 +116,7 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
                 # guard's status is the truth), and its windows are memory.
                 await reconciler.close()
                 ctx.metrics.forget_guard(ns, nm)
+                ctx.shards.weigh(ns, nm, None)
                 reconciler = None
             if not ctx.shards.owns_guard(ns, nm):
                 # Not ours, or not this moment (a renewal late): kept while held.
@@ -133,8 +134,10 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
                 except Exception:  # one bad cycle must not end the guard; the next one retries
                     log.exception("%s/%s: cycle failed", namespace, name)
                     delay = 15.0
+            ctx.shards.weigh(ns, nm, reconciler.pods())  # shards are placed by their pods
             await stopped.wait(ctx.clock.real_seconds(delay))
     finally:
+        ctx.shards.weigh(ns, nm, None)
         if reconciler is not None:
             await reconciler.close()
 

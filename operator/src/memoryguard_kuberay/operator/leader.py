@@ -17,7 +17,7 @@ import dataclasses
 import datetime
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from memoryguard_kuberay.operator.kube import ApiError, Conflict, Kube
@@ -77,15 +77,16 @@ class LeaderElector:
         holder, _renewed, duration = self.observed
         return not holder or now - self.observed_at >= float(duration or self.cfg.lease_s)
 
-    async def try_acquire_or_renew(self) -> bool:
-        """One attempt: True when this replica holds the Lease afterwards."""
+    async def try_acquire_or_renew(self, notes: Mapping[str, str] | None = None) -> bool:
+        """One attempt: True when this replica holds the Lease afterwards.
+        ``notes``: annotations the holder writes with it (what it carries)."""
         cfg = self.cfg
         lease = await self.kube.get_lease(cfg.namespace, cfg.name)
         now = self.clock()
         if lease is None:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": cfg.name, "namespace": cfg.namespace, "labels": dict(cfg.labels),
-                                 "annotations": dict(cfg.annotations)}, "spec": self._spec(0)}
+                                 "annotations": {**dict(cfg.annotations), **(notes or {})}}, "spec": self._spec(0)}
             try:
                 await self.kube.create_lease(cfg.namespace, body)
             except ApiError as e:
@@ -102,6 +103,9 @@ class LeaderElector:
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == cfg.identity else 1)
         acquired = spec.get("acquireTime") if holder == cfg.identity else None
         body = {**lease, "spec": self._spec(transitions, acquired)}
+        if notes:
+            meta = lease.get("metadata") or {}
+            body["metadata"] = {**meta, "annotations": {**(meta.get("annotations") or {}), **notes}}
         try:
             await self.kube.replace_lease(cfg.namespace, cfg.name, body)
         except ApiError as e:

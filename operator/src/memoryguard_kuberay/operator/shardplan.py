@@ -7,11 +7,12 @@ rotations per hour), its ledger and its status are one; pods of one guard
 split over two replicas would need a lock across them for every rotation.
 Many guards (one per RayCluster, say) spread over the shards evenly.
 
-Each shard is a Lease (shards.py); each replica holds about as many as the
-live replicas share: ``ceil(shards / replicas)``. A replica over that gives
-shards up; one under it takes free ones, by a preference that differs from
-replica to replica (rendezvous hashing), so two replicas do not race for
-the same free shard first.
+Each shard is a Lease (shards.py); its holder writes on it how many pods
+its guards have, and replicas place shards so that each carries about as
+many pods (``plan``): by pods, not by shard counts, since guards differ in
+size. Every replica computes the same placement from the same list of
+Leases; where two views differ for a moment, a Lease can still be held by
+one replica only.
 """
 
 from __future__ import annotations
@@ -47,36 +48,94 @@ def replica_lease(base: str, identity: str) -> str:
 
 
 def fair_share(shards: int, replicas: int) -> int:
-    """How many shards one replica may hold while ``replicas`` are live."""
+    """How many shards one replica holds while ``replicas`` are live and
+    no shard's pods are known (each then weighs the same)."""
     return math.ceil(shards / max(1, replicas))
+
+
+# A replica gives a shard up to balance only when it carries this much more
+# than its share, and only for a move that narrows the gap by as much: a move
+# costs the taker the shard's pods' first polls (their history, about 3 ms of
+# CPU a pod), so a per cent or two of imbalance is not worth one.
+SLACK = 0.02
+MAX_PODS = 10_000_000  # a Lease's pod count past this is read as this (never a reason to move everything)
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
     keep: tuple[int, ...]  # held, renewed
-    give: tuple[int, ...]  # held, over the fair share: drained, then given up
+    give: tuple[int, ...]  # held, to go to a replica carrying less: drained, then given up
     take: tuple[int, ...]  # not held, free or held by a replica that is gone: try these, in order
-    want: int
+    load: int  # what this replica carries after the plan: its shards' pods, and one a shard
+    share: float  # what each live replica would carry, all being even
     why: str  # a person's reading of the plan
 
 
 def plan(shards: int, me: str, live: Collection[str], held: Collection[int],
-         holders: Mapping[int, str]) -> Plan:
+         holders: Mapping[int, str], pods: Mapping[int, int] | None = None) -> Plan:
     """What a replica does with the shards this tick.
 
     ``live``: the replicas whose presence Lease was renewed lately (``me``
     among them); ``held``: the shards ``me`` holds; ``holders``: every
-    shard's holder as listed ("" when free).
+    shard's holder as listed ("" when free); ``pods``: each shard's pods as
+    its holder last wrote them on its Lease (absent: not known yet).
+
+    A shard weighs its pods plus one (so shards without pods still spread
+    evenly). Every replica computes the same placement from the same LIST:
+    free shards go, heaviest first, each to the replica then carrying
+    least; when none is free, the most loaded replica that can lower the
+    imbalance gives one shard up (the one that leaves the two closest): one
+    move a tick across all replicas, so moves never cross or overshoot, and
+    each makes the loads' spread strictly smaller, so they stop. Placement
+    is by pods, not shard counts: guards differ in size, and placing shards
+    by count put 23,000 of 40,000 pods on one of two replicas (issue 25).
     """
-    replicas = set(live) | {me}
-    want = fair_share(shards, len(replicas))
-    mine = sorted(held, key=lambda s: _h(f"{me}/{s}"))  # most preferred first
-    keep, give = tuple(sorted(mine[:want])), tuple(sorted(mine[want:]))
-    free = [s for s in range(shards) if s not in held and holders.get(s, "") not in replicas - {me}]
-    take = tuple(sorted(free, key=lambda s: _h(f"{me}/{s}"))[:max(0, want - len(keep))])
-    why = (f"{len(replicas)} live replica(s) share {shards} shard(s): at most {want} each; "
-           f"holding {len(keep)}, giving up {len(give)}, trying {len(take)}")
-    return Plan(keep, give, take, want, why)
+    replicas = sorted(set(live) | {me})
+    weight = {s: 1 + min(MAX_PODS, max(0, (pods or {}).get(s, 0))) for s in range(shards)}
+    load = dict.fromkeys(replicas, 0)
+    owner: dict[int, str] = {}
+    for s in range(shards):
+        h = me if s in held else holders.get(s, "")
+        if h in load and (h != me or s in held):  # one naming me that I do not hold (a give-up refused): free
+            owner[s] = h
+            load[h] += weight[s]
+    total = sum(weight.values())
+    share = total / len(replicas)
+    free = sorted((s for s in range(shards) if s not in owner), key=lambda s: (-weight[s], s))
+    take = []
+    for s in free:
+        to = min(replicas, key=lambda r: (load[r], _h(f"{r}/{s}")))
+        load[to] += weight[s]
+        if to == me:
+            take.append(s)
+    give: tuple[int, ...] = ()
+    if not free:
+        move = _one_move(replicas, owner, weight, load, share)
+        if move is not None and owner[move] == me:
+            give = (move,)
+            load[me] -= weight[move]
+    keep = tuple(sorted(s for s in held if s not in give))
+    why = (f"{len(replicas)} live replica(s) share {shards} shard(s) of {total - shards} pod(s), about "
+           f"{share:.0f} each (pods, and one a shard): carrying {load[me]} in {len(keep) + len(take)}, "
+           f"giving up {len(give)}, trying {len(take)}")
+    return Plan(keep, give, tuple(take), load[me], share, why)
+
+
+def _one_move(replicas: list[str], owner: Mapping[int, str], weight: Mapping[int, int],
+              load: Mapping[str, int], share: float) -> int | None:
+    """The one shard to move this tick, or None: from the most loaded
+    replica over its share (by SLACK) whose move to the least loaded one
+    narrows their gap (by SLACK of a share at least); of its shards, the
+    one leaving the two closest."""
+    least = min(load.values())
+    for r in sorted(replicas, key=lambda r: (-load[r], r)):
+        if load[r] <= share * (1 + SLACK):
+            return None
+        gap = load[r] - least
+        fits = [s for s, h in owner.items() if h == r and gap - abs(gap - 2 * weight[s]) >= SLACK * share]
+        if fits:
+            return min(fits, key=lambda s: (abs(gap - 2 * weight[s]), s))
+    return None
 
 
 def agreed(me_shards: int, counts: Iterable[int]) -> bool:

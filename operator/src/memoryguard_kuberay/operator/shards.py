@@ -6,7 +6,8 @@ shard (shardplan.py says which shard and how many each may hold). Every
 ``renew_s`` the keeper lists the release's Leases (one LIST), renews its
 presence Lease (``<base>-replica-<identity>``: who is alive, and how many
 shards it splits the work into), renews the shard Leases it holds
-(``<base>-shard-<i>``), gives up what is over its fair share and takes free
+(``<base>-shard-<i>``, each with its guards' pods), gives one up when it
+carries more pods than its share and another replica less, and takes free
 ones, or those of a replica gone past the Lease's duration.
 
 Safety is the Lease's (leader.py): a replica stops acting on a shard when it
@@ -39,6 +40,7 @@ from memoryguard_kuberay.operator.leader import LeaderElector, LeaseConfig
 log = logging.getLogger("memoryguard_kuberay.operator.shards")
 LABEL = "memoryguard.io/lease-set"  # on every Lease of a release: its base name
 ANN_SHARDS = "memoryguard.io/shards"  # on a presence Lease: the replica's shard count
+ANN_PODS = "memoryguard.io/pods"  # on a shard Lease: its guards' pods, as its holder last counted them
 MAX_SHARDS = 256  # each a Lease renewed every renew_s by its holder
 FORGET_AFTER = 4  # a presence Lease unchanged for this many durations is deleted (a replica long gone)
 
@@ -72,6 +74,9 @@ class AllShards:
     def acting(self, namespace: str, name: str) -> Iterator[None]:
         yield
 
+    def weigh(self, namespace: str, name: str, pods: int | None) -> None:
+        return None
+
     def owned(self) -> int:
         return 1
 
@@ -103,6 +108,12 @@ class ShardKeeper:
         self.terms: Counter[int] = Counter()  # bumped on every take: a guard's memory from before is stale
         self.active: Counter[int] = Counter()  # cycles in flight, per shard
         self.seen: dict[str, tuple[tuple[Any, ...], float]] = {}  # presence Lease -> (record, when it changed)
+        # The size of the work, for placing shards by pods: each guard of a
+        # held shard as its last cycle counted its pods, and the shards
+        # counted since this replica took them (until then their Leases keep
+        # what the previous holder wrote).
+        self.guard_pods: dict[tuple[str, str], int] = {}
+        self.counted: set[int] = set()
         self.agreed = True
         self.last_plan: shardplan.Plan | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -136,6 +147,22 @@ class ShardKeeper:
         finally:
             self.active[s] -= 1
 
+    def weigh(self, namespace: str, name: str, pods: int | None) -> None:
+        """A guard's pods as its cycle found them; None: the guard is no
+        longer cycled here (deleted, or its shard gone)."""
+        s = self.shard(namespace, name)
+        if pods is None:
+            self.guard_pods.pop((namespace, name), None)
+        elif s in self.held:
+            self.guard_pods[(namespace, name)] = pods
+            self.counted.add(s)
+
+    def pods_of(self, s: int) -> int | None:
+        """The shard's pods, as its guards here counted them; None until one has."""
+        if s not in self.counted:
+            return None
+        return sum(n for (ns, nm), n in self.guard_pods.items() if self.shard(ns, nm) == s)
+
     def owned(self) -> int:
         return sum(1 for s in range(self.shards) if self.owns(s))
 
@@ -149,8 +176,9 @@ class ShardKeeper:
     async def _renew(self, s: int) -> None:
         e = self.electors[s]
         before = e.takeovers
+        pods = self.pods_of(s)
         try:
-            if not await e.try_acquire_or_renew():
+            if not await e.try_acquire_or_renew(None if pods is None else {ANN_PODS: str(pods)}):
                 log.error("shard %d was taken by %r", s, (e.observed or ("?",))[0])
                 self.held.discard(s)
             elif e.takeovers != before:
@@ -169,6 +197,7 @@ class ShardKeeper:
         now = self.clock()
         live, counts = {cfg.identity}, []
         holders: dict[int, str] = {}
+        pods: dict[int, int] = {}
         prefix = shardplan.REPLICA_PREFIX.format(base=cfg.base)
         shard_names = {e.cfg.name: i for i, e in enumerate(self.electors)}
         for lease in leases:
@@ -181,6 +210,8 @@ class ShardKeeper:
                 # replica included (one whose give-up the API refused, say):
                 # else it would stay named and never taken again.
                 holders[shard_names[name]] = "" if e.expired(now) else holder
+                with contextlib.suppress(ValueError):  # our own annotation; a bad one weighs nothing
+                    pods[shard_names[name]] = int((meta.get("annotations") or {}).get(ANN_PODS, "0")[:12])
                 continue
             if not name.startswith(prefix) or name == self.presence.cfg.name:
                 continue
@@ -203,7 +234,7 @@ class ShardKeeper:
             log.warning("live replicas %s split the work into the same number of shards (%d) as this one",
                         "now" if agreed else "no longer", self.shards)
         self.agreed = agreed
-        p = shardplan.plan(self.shards, cfg.identity, live, self.held - self.giving, holders)
+        p = shardplan.plan(self.shards, cfg.identity, live, self.held - self.giving, holders, pods)
         for s in p.give:
             if s in self.held and s not in self.giving:
                 self.giving.add(s)
@@ -216,11 +247,13 @@ class ShardKeeper:
             try:
                 if await self.electors[s].try_acquire_or_renew():
                     self.held.add(s)
+                    self.counted.discard(s)  # its Lease says what the last holder counted, until we count
                     self.terms[s] += 1
                     log.info("took shard %d", s)
             except (ApiError, OSError) as e:
                 log.warning("shard %d not taken: %s", s, e)
-        if p != self.last_plan:
+        if self.last_plan is None or (p.keep, p.give, p.take) != (self.last_plan.keep, self.last_plan.give,
+                                                                  self.last_plan.take):
             log.info("%s", p.why)
         self.last_plan = p
         return p
