@@ -135,6 +135,13 @@ def keeper(k: Kube, identity: str, clock: Clock, shards: int = S) -> ShardKeeper
     return ShardKeeper(k, ShardConfig("default", "mg", identity, shards), clock=clock)
 
 
+def a_guard_per_shard(kp: ShardKeeper) -> dict[int, str]:
+    """A guard's name in each shard (in namespace "ns")."""
+    guards = {kp.shard("ns", f"g{i}"): f"g{i}" for i in range(200)}
+    assert set(guards) == set(range(kp.shards))
+    return guards
+
+
 def owned(kp: ShardKeeper) -> set[int]:
     return {s for s in range(kp.shards) if kp.owns(s)}
 
@@ -210,8 +217,7 @@ async def test_a_shard_is_given_up_only_once_no_cycle_of_its_guards_is_in_flight
     ca, cb = Clock(), Clock()
     a = keeper(k, "a", ca)
     await settle((a, ca), ticks=1)
-    guards = {a.shard("ns", f"g{i}"): f"g{i}" for i in range(200)}
-    assert set(guards) == set(range(S))
+    guards = a_guard_per_shard(a)
     b = keeper(k, "b", cb)
     await settle((b, cb), ticks=1)  # b is seen alive; it takes nothing yet: every shard is a's
     busy = {s: guards[s] for s in range(S)}
@@ -360,7 +366,7 @@ async def test_the_holder_writes_its_shards_pods_on_their_leases_and_replicas_sp
     ca, cb = Clock(), Clock()
     a = keeper(k, "a", ca)
     await settle((a, ca), ticks=1)
-    guards = {a.shard("ns", f"g{i}"): f"g{i}" for i in range(200)}
+    guards = a_guard_per_shard(a)
     sizes = {s: (7000 if s == 0 else 1000) for s in range(S)}  # one guard of 7,000 pods, seven of 1,000
     for s, g in guards.items():
         a.weigh("ns", g, sizes[s])
