@@ -120,8 +120,9 @@ class Sample:
         # hundreds of samples a pod (issue 25), and keywords and a call per
         # field were most of a sample's cost.
         get = doc.get
-        return cls(t, *[v if type(v := get(wire)) is int and 0 <= v <= _EXACT and not is_float
-                        else _coerce(attr, v) for wire, attr, is_float in _WIRE_PLAN])
+        values: list[Any] = [v if type(v := get(wire)) is int and 0 <= v <= _EXACT and not is_float
+                             else _coerce(attr, v) for wire, attr, is_float in _WIRE_PLAN]
+        return cls(t, *values)
 
     def to_trace_row(self) -> dict[str, str]:
         row = {"t_s": _fmt(self.time_s if self.time_s % 1 else int(self.time_s))}
