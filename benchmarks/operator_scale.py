@@ -3,7 +3,7 @@
 
 The world: the emulated API (devkit) in this process with N worker pods in
 RayClusters of 50, each pod the size KubeRay makes one (``worker_pod``, about
-9 KiB of JSON) at its own loopback address (127.2.x.y); helper processes of
+9 KiB of JSON) at its own loopback address (127.X.y.z, a block claimed for the run); helpers of
 this script play all their sidecars (a socket per pod IP; each answer is a
 fresh sample stamped when it is served, a pod's first ask 4 h of history).
 Guards of ``--per-guard`` pods (500), all in one namespace; every guard
@@ -18,7 +18,8 @@ buckets), the mean guard cycle, the size of /metrics and its connections
 to sidecars opened and reused; then per-pod figures, what they make at
 100,000 pods over 5 replicas, and (unless ``--no-kill``) how long the
 others take to hold its shards (the target) and to guard every pod again
-after one replica is SIGKILLed. Exits 1 on
+after one replica is SIGKILLed mid-rotation (a few pods turned critical
+first), and whether any pod was evicted twice. Exits 1 on
 a miss of issue 25's targets (``TARGETS``), a guard refused, a pod never
 polled for two intervals, or a status over 64 KiB.
 """
@@ -41,9 +42,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from memoryguard_kuberay.devkit.emulator import loopback
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
-from memoryguard_kuberay.devkit.emulator.world import load_crds, write_kubeconfig
+from memoryguard_kuberay.devkit.emulator.world import free_port, load_crds, write_kubeconfig
+from memoryguard_kuberay.operator import shardplan
 
 PORT = 19208
 GIB = 1024**3
@@ -60,14 +63,26 @@ GAPS: dict[str, float] = {}  # pod IP -> the longest gap between two asks while 
 MEASURING = {"on": False}
 KEEP_ALIVE = {"on": True}  # --no-keep-alive: every ask on a new connection, as before issue 25
 BACKLOG = {"s": 4 * 3600.0}  # history served on a first ask: the policy's trend window (4 h)
+# Before the SIGKILL, one pod of each of the first LEAKERS guards turns
+# critical (99% of its limit), and guards rotate a pod critical for
+# CRITICAL_FOR_S: the kill then comes mid-rotation (issue 25).
+LEAKERS = 16
+CRITICAL_FOR_S = 30
+LEAKING: set[str] = set()  # pod IPs answering critical samples from now on
 # Pods whose sidecars one process serves: a listening socket and a kept
 # connection each, within the 20,000 descriptors a process may hold here
 # (10,000 a helper ran out: "Too many open files" on accept).
 HERE_MAX = 8000
 
 
+# The pods' addresses: 127.X.y.z in a block this run claims (devkit's loopback
+# locks), so that a bench beside the tests or another bench never shares one;
+# helpers are handed the same block (--loopback).
+LOOPBACK = {"block": ""}
+
+
 def pod_ip(i: int) -> str:
-    return f"127.2.{i // 250}.{i % 250 + 2}"
+    return f"{LOOPBACK['block']}.{i // 250}.{i % 250 + 2}"
 
 
 def worker_pod(name: str, cluster: str, group: str, ip: str) -> dict[str, Any]:
@@ -191,7 +206,7 @@ def worker_pod(name: str, cluster: str, group: str, ip: str) -> dict[str, Any]:
 
 
 def _sample(t: float, ip: str) -> dict[str, Any]:
-    ws = int(20 * GIB + (hash((ip, int(t / 15))) % 1000) * 1024 * 1024)
+    ws = 62 * GIB if ip in LEAKING else int(20 * GIB + (hash((ip, int(t / 15))) % 1000) * 1024 * 1024)
     return {"time": t, "memory_current": ws + GIB, "memory_max": 64 * GIB, "anon": ws, "file": 2 * GIB,
             "inactive_file": GIB, "shmem": GIB, "working_set": ws, "plasma_used": 2 * GIB,
             "plasma_capacity": 16 * GIB, "psi_some_avg10": 0.1, "psi_full_avg10": 0.0, "oom_kill": 0}
@@ -304,7 +319,8 @@ def longest_gaps(pods: range, *, since: float, end: float) -> dict[str, float]:
 
 async def serve_only(lo: int, hi: int) -> None:
     """A helper: the sidecars of pods [lo, hi); "start" on stdin starts the
-    gap count, "end" prints the gaps (pod IP -> longest, seconds) as JSON."""
+    gap count, "end" prints the gaps (pod IP -> longest, seconds) as JSON,
+    "leak IP..." turns those pods critical."""
     servers = [await serve_pod(i) for i in range(lo, hi)]
     print("ready", flush=True)
     loop = asyncio.get_running_loop()
@@ -321,6 +337,8 @@ async def serve_only(lo: int, hi: int) -> None:
             end = time.time()
             gaps = longest_gaps(range(lo, hi), since=t0, end=end)
             print(json.dumps(gaps), flush=True)
+        elif line.startswith(b"leak "):
+            LEAKING.update(line.decode().split()[1:])
     for sv in servers:
         sv.close()
 
@@ -370,7 +388,8 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
     here = 0 if replicas > 1 else min(n, HERE_MAX)
     servers = [await serve_pod(i) for i in range(here)]
     helpers = [await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--serve", str(lo), str(min(n, lo + HERE_MAX)), "--backlog-h",
+        sys.executable, __file__, "--serve", str(lo), str(min(n, lo + HERE_MAX)), "--loopback", LOOPBACK["block"],
+        "--backlog-h",
         str(BACKLOG["s"] / 3600), *([] if KEEP_ALIVE["on"] else ["--no-keep-alive"]), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, limit=2**24) for lo in range(here, n, HERE_MAX)]  # a line of 10,000 gaps
     for h in helpers:
@@ -394,7 +413,9 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
     for g in range(guards):
         api.put("memoryguards", {"metadata": {"name": f"bench-{g}", "namespace": "default"}, "spec": {
             "clusterSelector": {"matchLabels": {"bench": "yes", "shard": str(g)}},
-            "sampling": {"intervalSeconds": INTERVAL_S, "sidecarPort": PORT, "timeoutSeconds": 5}}})
+            "sampling": {"intervalSeconds": INTERVAL_S, "sidecarPort": PORT, "timeoutSeconds": 5},
+            # Only the leakers reach it (the others sit at a third of their limit).
+            "policy": {"criticalForSeconds": CRITICAL_FOR_S}}})
     # The world's objects live as long as the run: out of the collector's
     # sight, so a collection does not walk 40,000 pods each time.
     gc.collect()
@@ -402,7 +423,7 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
     async with api, EmulatorServer(api, host="127.0.0.1") as server:
         tmp = Path(tempfile.mkdtemp())
         write_kubeconfig((tmp / "kubeconfig"), f"http://127.0.0.1:{server.port}")
-        ports = [PORT + 1 + r for r in range(replicas)]
+        ports = [free_port("127.0.0.1") for _ in range(replicas)]
         procs, logs = [], []
         for r, metrics_port in enumerate(ports):
             logs.append(tmp / f"operator-{r}.log")
@@ -473,7 +494,9 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
                                                              for c in s.get("conditions") or [])),
                    "rotations": sum(((s.get("rotations") or {}).get("total") or 0) for s in statuses)}
             if kill and replicas > 1:
-                out.update(await _takeover(api, procs, ports, n))
+                leakers = [pod_ip(g * each) for g in range(min(guards, LEAKERS))]
+                await _leak(leakers, here, helpers)
+                out.update(await _takeover(api, procs, ports, n, shards, each))
             return out
         finally:
             for p in procs:
@@ -487,19 +510,47 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
                 sv.close()
 
 
-async def _takeover(api: EmulatedApi, procs: list[Any], ports: list[int], n: int) -> dict[str, float | None]:
-    """SIGKILL the first replica; how long until the others hold every
-    shard's Lease (issue 25's target: the dead replica's shards taken), and
-    until they guard every pod (their memoryguard_pods_guarded sums to n:
-    each taken guard has cycled, its pods' history taken in)."""
+async def _leak(ips: list[str], here: int, helpers: list[Any]) -> None:
+    """Turn these pods critical, wherever their sidecars are served."""
+    LEAKING.update(ips)
+    for h in helpers:
+        assert h.stdin is not None
+        h.stdin.write(("leak " + " ".join(ips) + "\n").encode())
+        await h.stdin.drain()
+
+
+async def _takeover(api: EmulatedApi, procs: list[Any], ports: list[int], n: int, shards: int,
+                    each: int) -> dict[str, Any]:
+    """Once replica 0 has evicted a critical pod (a rotation of its in
+    flight: waiting for the replacement, which nobody makes here), SIGKILL
+    it; how long until the others hold every shard's Lease (issue 25's
+    target: the dead replica's shards taken), and until they guard every
+    pod again (their memoryguard_pods_guarded sums to the pods left: each
+    taken guard has cycled, its pods' history taken in); then whether any
+    pod was evicted twice, and whether the rotations under way were kept."""
     dead = f"{socket.gethostname()}-{procs[0].pid}"  # the operator's identity (main.py)
+
+    def holder_of(pod: str) -> str:  # pod i (named ...-w-<i>) is guard bench-<i // each>'s
+        guard = f"bench-{int(pod.rsplit('-', 1)[1]) // each}"
+        lease = api.get("leases", "default", shardplan.shard_lease("memoryguard-operator",
+                                                                    shardplan.shard_of("default", guard, shards)))
+        return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+
+    def evicted_by_dead() -> list[str]:
+        return [name for _ns, name, _t in api.evictions if holder_of(name) == dead]
+
+    print(f"[takeover] {LEAKERS} pods critical; waiting for replica 0 to evict one ...", file=sys.stderr)
+    t0 = time.monotonic()
+    while not evicted_by_dead() and time.monotonic() - t0 < 240:
+        await asyncio.sleep(0.5)
+    mid = sorted(set(evicted_by_dead()))
     killed = time.monotonic()
     procs[0].send_signal(signal.SIGKILL)
     await procs[0].wait()
-    print("[takeover] replica 0 SIGKILLed; waiting for the others to take its shards and guard every pod ...",
-          file=sys.stderr)
-    out: dict[str, float | None] = {"takeover_s": None, "guarded_again_s": None}
-    while time.monotonic() - killed < 180 and out["guarded_again_s"] is None:
+    print(f"[takeover] replica 0 SIGKILLed with {len(mid)} rotation(s) waiting for a replacement; waiting for the "
+          "others to take its shards and guard every pod ...", file=sys.stderr)
+    out: dict[str, Any] = {"takeover_s": None, "guarded_again_s": None, "mid_rotation": len(mid)}
+    while time.monotonic() - killed < 240 and out["guarded_again_s"] is None:
         await asyncio.sleep(0.5)
         held = [(lease.get("spec") or {}).get("holderIdentity") or "" for lease in api.objects("leases", "default")
                 if "-shard-" in lease["metadata"]["name"]]
@@ -509,8 +560,16 @@ async def _takeover(api: EmulatedApi, procs: list[Any], ports: list[int], n: int
             guarded = sum(metric_sum(scrape(port), "memoryguard_pods_guarded") for port in ports[1:])
         except OSError:
             continue
-        if guarded >= n:
+        if guarded >= n - len({name for _ns, name, _t in api.evictions}):
             out["guarded_again_s"] = round(time.monotonic() - killed, 1)
+    await asyncio.sleep(3 * INTERVAL_S)  # cycles of the new holders: time to evict again, were they to
+    counts: dict[str, int] = {}
+    for _ns, name, _t in api.evictions:
+        counts[name] = counts.get(name, 0) + 1
+    out["evictions"], out["double_evictions"] = len(api.evictions), sum(c - 1 for c in counts.values())
+    in_flight = json.dumps([((g.get("status") or {}).get("rotations") or {}).get("inFlight")
+                            for g in api.objects("memoryguards", "default")])
+    out["kept_in_flight"] = sum(1 for name in mid if name in in_flight)
     return out
 
 
@@ -538,8 +597,15 @@ def missed(r: dict[str, Any], extra_kib: float) -> list[str]:
     for k in ("max_gap_s", "status_bytes"):
         if r[k] > TARGETS[k]:
             out.append(f"{k} {r[k]} > {TARGETS[k]}")
-    if "takeover_s" in r and (r["takeover_s"] is None or r["takeover_s"] > TARGETS["takeover_s"]):
-        out.append(f"takeover {r['takeover_s']} s > {TARGETS['takeover_s']} s")
+    if "takeover_s" in r:
+        if r["takeover_s"] is None or r["takeover_s"] > TARGETS["takeover_s"]:
+            out.append(f"takeover {r['takeover_s']} s > {TARGETS['takeover_s']} s")
+        if not r["mid_rotation"]:
+            out.append("no rotation of the killed replica was under way at the kill")
+        if r["double_evictions"]:
+            out.append(f"{r['double_evictions']} pod(s) evicted twice")
+        if r["kept_in_flight"] < r["mid_rotation"]:
+            out.append(f"{r['mid_rotation'] - r['kept_in_flight']} rotation(s) lost at the takeover")
     if r["status_missing"] or r["not_written"]:
         out.append(f"{r['status_missing']} status(es) missing, {r['not_written']} write(s) refused")
     if r["guarded"] != r["pods"]:
@@ -561,7 +627,9 @@ def main() -> int:
     ap.add_argument("--no-keep-alive", action="store_true", help="the sidecars close every connection")
     ap.add_argument("--no-kill", action="store_true", help="skip the SIGKILL of a replica at the end")
     ap.add_argument("--serve", type=int, nargs=2, metavar=("LO", "HI"), help=argparse.SUPPRESS)
+    ap.add_argument("--loopback", help=argparse.SUPPRESS)  # a helper: the block its parent claimed
     a = ap.parse_args()
+    LOOPBACK["block"] = a.loopback or loopback.claim_block()
     BACKLOG["s"] = a.backlog_h * 3600
     KEEP_ALIVE["on"] = not a.no_keep_alive
     if a.serve:
@@ -602,9 +670,11 @@ def main() -> int:
           f"at these per-pod figures, plus {PODINFO_KIB:g} KiB for each further pod in the watched namespaces' "
           "cache)")
     if "takeover_s" in r:
-        print(f"  replica 0 SIGKILLed: the others held all its shards after {r['takeover_s']} s (their Leases), "
-              f"and had polled and judged every pod after {r['guarded_again_s']} s (the taken pods' history "
-              "taken in); a rotation under way then: fault matrix row shard-killed (one eviction)")
+        print(f"  replica 0 SIGKILLed with {r['mid_rotation']} rotation(s) of its under way (evicted, waiting for "
+              f"the replacement): the others held all its shards after {r['takeover_s']} s (their Leases), had "
+              f"polled and judged every pod after {r['guarded_again_s']} s (the taken pods' history taken in), "
+              f"kept {r['kept_in_flight']} of those rotations in flight, and evicted {r['evictions']} pod(s) in all, "
+              f"{r['double_evictions']} twice")
     bad = missed(r, extra)
     for k in ("projected_cpu", "projected_rss_mib"):
         if r[k] > TARGETS[k]:
