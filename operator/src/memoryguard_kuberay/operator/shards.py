@@ -108,12 +108,11 @@ class ShardKeeper:
         self.terms: Counter[int] = Counter()  # bumped on every take: a guard's memory from before is stale
         self.active: Counter[int] = Counter()  # cycles in flight, per shard
         self.seen: dict[str, tuple[tuple[Any, ...], float]] = {}  # presence Lease -> (record, when it changed)
-        # The size of the work, for placing shards by pods: each guard of a
-        # held shard as its last cycle counted its pods, and the shards
-        # counted since this replica took them (until then their Leases keep
-        # what the previous holder wrote).
-        self.guard_pods: dict[tuple[str, str], int] = {}
-        self.counted: set[int] = set()
+        # The size of the work, for placing shards by pods: per held shard,
+        # each of its guards as its last cycle counted its pods. A shard is
+        # here once one of its guards has counted since this replica took it
+        # (until then its Lease keeps what the previous holder wrote).
+        self.guard_pods: dict[int, dict[tuple[str, str], int]] = {}
         self.agreed = True
         self.last_plan: shardplan.Plan | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -152,16 +151,14 @@ class ShardKeeper:
         longer cycled here (deleted, or its shard gone)."""
         s = self.shard(namespace, name)
         if pods is None:
-            self.guard_pods.pop((namespace, name), None)
+            self.guard_pods.get(s, {}).pop((namespace, name), None)
         elif s in self.held:
-            self.guard_pods[(namespace, name)] = pods
-            self.counted.add(s)
+            self.guard_pods.setdefault(s, {})[(namespace, name)] = pods
 
     def pods_of(self, s: int) -> int | None:
         """The shard's pods, as its guards here counted them; None until one has."""
-        if s not in self.counted:
-            return None
-        return sum(n for (ns, nm), n in self.guard_pods.items() if self.shard(ns, nm) == s)
+        counted = self.guard_pods.get(s)
+        return None if counted is None else sum(counted.values())
 
     def owned(self) -> int:
         return sum(1 for s in range(self.shards) if self.owns(s))
@@ -247,7 +244,7 @@ class ShardKeeper:
             try:
                 if await self.electors[s].try_acquire_or_renew():
                     self.held.add(s)
-                    self.counted.discard(s)  # its Lease says what the last holder counted, until we count
+                    self.guard_pods.pop(s, None)  # its Lease says what the last holder counted, until we count
                     self.terms[s] += 1
                     log.info("took shard %d", s)
             except (ApiError, OSError) as e:
