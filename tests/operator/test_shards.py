@@ -37,11 +37,6 @@ def test_a_guard_s_shard_is_the_same_in_every_process_and_guards_spread_over_the
     assert len(counts) == 8 and max(counts.values()) < 1.1 * 1000 and min(counts.values()) > 0.9 * 1000
 
 
-@pytest.mark.parametrize(("shards", "replicas", "want"), [(8, 1, 8), (8, 2, 4), (8, 3, 3), (8, 9, 1), (1, 2, 1)])
-def test_each_replica_may_hold_its_fair_share(shards: int, replicas: int, want: int) -> None:
-    assert shardplan.fair_share(shards, replicas) == want
-
-
 def test_the_plan_gives_one_shard_a_tick_and_takes_only_what_no_live_replica_holds() -> None:
     # a alone held all 8; b has come: a gives one up (one move a tick across all replicas).
     p = shardplan.plan(8, "a", {"a", "b"}, set(range(8)), dict.fromkeys(range(8), "a"))
@@ -85,6 +80,17 @@ def tick_all(shards: int, replicas: list[str], pods: dict[int, int], holder: dic
         for s in p.take:
             holder.setdefault(s, r)
     return moves
+
+
+@pytest.mark.parametrize(("shards", "replicas", "want"), [(8, 1, [8]), (8, 2, [4, 4]), (8, 3, [2, 3, 3]),
+                                                      (8, 9, [0, 1, 1, 1, 1, 1, 1, 1, 1]), (1, 2, [0, 1])])
+def test_with_no_pods_known_every_shard_weighs_the_same_and_counts_even_out(shards: int, replicas: int,
+                                                                          want: list[int]) -> None:
+    names = [f"r{i}" for i in range(replicas)]
+    holder = dict.fromkeys(range(shards), "r0")  # the first replica alone held them all
+    for _ in range(3 * shards):
+        tick_all(shards, names, {}, holder)
+    assert sorted(collections.Counter({r: 0 for r in names} | collections.Counter(holder.values())).values()) == want
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import re
 from collections.abc import Collection, Iterable, Mapping
 
@@ -45,12 +44,6 @@ def replica_lease(base: str, identity: str) -> str:
     """A replica's presence Lease: a DNS subdomain whatever the identity."""
     safe = re.sub(r"[^a-z0-9-]+", "-", identity.lower()).strip("-") or "unnamed"
     return (REPLICA_PREFIX.format(base=base) + safe)[:253].rstrip("-")
-
-
-def fair_share(shards: int, replicas: int) -> int:
-    """How many shards one replica holds while ``replicas`` are live and
-    no shard's pods are known (each then weighs the same)."""
-    return math.ceil(shards / max(1, replicas))
 
 
 # A replica gives a shard up to balance only when it carries this much more
