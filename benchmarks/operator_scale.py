@@ -68,7 +68,7 @@ BACKLOG = {"s": 4 * 3600.0}  # history served on a first ask: the policy's trend
 # CRITICAL_FOR_S: the kill then comes mid-rotation (issue 25).
 LEAKERS = 16
 CRITICAL_FOR_S = 30
-LEAKING: set[str] = set()  # pod IPs answering critical samples from now on
+LEAKING: set[str] = set()  # pod IPs answering critical samples from now on (in the helper serving them)
 # Pods whose sidecars one process serves: a listening socket and a kept
 # connection each, within the 20,000 descriptors a process may hold here
 # (10,000 a helper ran out: "Too many open files" on accept).
@@ -495,7 +495,7 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
                    "rotations": sum(((s.get("rotations") or {}).get("total") or 0) for s in statuses)}
             if kill and replicas > 1:
                 leakers = [pod_ip(g * each) for g in range(min(guards, LEAKERS))]
-                await _leak(leakers, here, helpers)
+                await _leak(leakers, helpers)
                 out.update(await _takeover(api, procs, ports, n, shards, each))
             return out
         finally:
@@ -510,9 +510,8 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
                 sv.close()
 
 
-async def _leak(ips: list[str], here: int, helpers: list[Any]) -> None:
-    """Turn these pods critical, wherever their sidecars are served."""
-    LEAKING.update(ips)
+async def _leak(ips: list[str], helpers: list[Any]) -> None:
+    """Turn these pods critical (with replicas, helpers serve every sidecar)."""
     for h in helpers:
         assert h.stdin is not None
         h.stdin.write(("leak " + " ".join(ips) + "\n").encode())
