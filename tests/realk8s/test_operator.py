@@ -20,6 +20,7 @@ import pytest
 
 from memoryguard_kuberay.operator import patches, shardplan
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
+from memoryguard_kuberay.operator.shards import ANN_PODS
 
 from ..devworld import KUBERAY, ROOT
 from ..operator.conftest import HEALTHY, LEAK, guard, raycluster
@@ -225,12 +226,22 @@ def test_top_shows_the_real_clusters_guarded_pods_nearest_harm_first(release: Re
     assert heat.read_bytes()[:4] == b"\x89PNG"
 
 
-def _holders(r: Release) -> dict[str, str]:
-    """Each shard Lease of the release -> its holder, as the real server has them."""
+def _shard_leases(r: Release) -> list[dict[str, Any]]:
+    """The release's shard Leases, as the real server has them."""
     items = r.api.ok("GET", f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NS}/leases",
                      params={"labelSelector": f"memoryguard.io/lease-set={RELEASE}-memoryguard"})["items"]
-    return {i["metadata"]["name"]: i["spec"].get("holderIdentity") or "" for i in items
-            if "-shard-" in i["metadata"]["name"]}
+    return [i for i in items if "-shard-" in i["metadata"]["name"]]
+
+
+def _holders(r: Release) -> dict[str, str]:
+    """Each shard Lease of the release -> its holder."""
+    return {i["metadata"]["name"]: i["spec"].get("holderIdentity") or "" for i in _shard_leases(r)}
+
+
+def _pods_annotations(r: Release) -> dict[int, str]:
+    """Each shard's memoryguard.io/pods annotation, where its Lease has one."""
+    return {int(i["metadata"]["name"].rsplit("-", 1)[1]): notes[ANN_PODS] for i in _shard_leases(r)
+            if ANN_PODS in (notes := i["metadata"].get("annotations") or {})}
 
 
 def test_a_second_replica_takes_its_share_of_the_shards_and_hands_them_back_on_a_clean_exit(release: Release) -> None:
@@ -263,6 +274,12 @@ def test_a_second_replica_takes_its_share_of_the_shards_and_hands_them_back_on_a
             r.put_guard(_guard(name, "absent-rc"))
         r.wait_for(lambda: all((r.api.get(f"{GUARDS}/{n}") or {}).get("status") for n in probes), 60,
                    "every probe guard's status written by its shard's replica")
+        # Each holder writes its shards' pods on their Leases (placement by
+        # pods): the real server keeps the annotation through the renewals' PUTs.
+        counted = r.wait_for(lambda: (lambda a: a if all(a.get(shardplan.shard_of(NS, n, 8), "").isdigit()
+                                                         for n in probes) else None)(_pods_annotations(r)), 30,
+                             "the probe guards' shard Leases naming their pods")
+        assert all(int(v) >= 0 for v in counted.values())
         for name in probes:
             r.api.ok("DELETE", f"{GUARDS}/{name}")
         r.wait_for(lambda: all(r.api.get(f"{GUARDS}/{n}") is None for n in probes), 60,
