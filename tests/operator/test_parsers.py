@@ -273,7 +273,8 @@ async def test_a_pod_that_brings_a_full_page_at_every_poll_is_refused_unread_unt
     async with await asyncio.start_server(flood.handle, "127.0.0.32", 0) as s1, \
             await asyncio.start_server(steady.handle, "127.0.0.33", 0) as s2:
         how = judging.Polling(port=0, timeout_s=5, clock=clock, metrics=OperatorMetrics(),  # type: ignore[arg-type]
-                              namespace="ns", guard="g", slots=(asyncio.Semaphore(4), asyncio.Semaphore(4)))
+                              namespace="ns", guard="g", slots=(asyncio.Semaphore(4), asyncio.Semaphore(4)),
+                              at_once=4)
         pods = {}
         for name, ip, srv in (("flood", "127.0.0.32", s1), ("steady", "127.0.0.33", s2)):
             pod = podinfo.pod_info({"metadata": {"name": name, "uid": name}, "status": {"phase": "Running",
@@ -289,3 +290,37 @@ async def test_a_pod_that_brings_a_full_page_at_every_poll_is_refused_unread_unt
     assert seen["flood"][1:] == [seen["flood"][0]] * 2  # then nothing: each page refused unread
     assert "too large" in (pods["flood"][1].error or "")
     assert seen["steady"] == [2, 2, 2] and pods["steady"][1].error is None  # a sidecar as it should be
+
+
+async def test_a_guards_polls_under_way_are_bounded_by_its_workers_not_its_pods() -> None:
+    # 40 pods, room for 100 polls in the slots, 3 workers: never more than 3
+    # asks in flight at the sidecars, and every pod polled and judged once.
+    from memoryguard_kuberay.core.policy import RotationHistory
+    from memoryguard_kuberay.operator import judging
+    from memoryguard_kuberay.operator.metrics import OperatorMetrics
+
+    open_now, most, asked = 0, 0, 0
+
+    async def slow_sidecar(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal open_now, most, asked
+        open_now, asked = open_now + 1, asked + 1
+        most = max(most, open_now)
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(0.02)
+        body = json.dumps({"samples": [_sample(NOW - 5)]}).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+        open_now -= 1
+
+    async with await asyncio.start_server(slow_sidecar, "127.0.0.42", 0) as server:
+        how = judging.Polling(port=server.sockets[0].getsockname()[1], timeout_s=5, clock=_Clock(NOW),  # type: ignore[arg-type]
+                              metrics=OperatorMetrics(), namespace="ns", guard="g",
+                              slots=(asyncio.Semaphore(100), asyncio.Semaphore(100)), at_once=3)
+        pods = [podinfo.pod_info({"metadata": {"name": f"w{i}", "uid": f"u{i}"},
+                                  "status": {"phase": "Running", "podIP": "127.0.0.42"}}) for i in range(40)]
+        tracks: dict[str, judging.PodState] = {}
+        judged = await judging.poll_and_judge(pods, tracks, how, PolicySettings(), lambda p: RotationHistory())
+    assert most == 3 and asked == 40
+    assert sorted(j.pod.name for j in judged) == sorted(p.name for p in pods)
+    assert all(t.window.samples_seen == 1 and t.error is None for t in tracks.values())

@@ -245,7 +245,7 @@ class GuardReconciler:
             port=found.spec.sampling.sidecar_port, timeout_s=found.spec.sampling.timeout_s, clock=self.ctx.clock,
             metrics=self.ctx.metrics, namespace=self.namespace, guard=self.name,
             slots=(self.ctx.namespace_slots.setdefault(self.namespace, asyncio.Semaphore(POLL_CONCURRENCY)),
-                   self.ctx.pod_slots), pool=self.ctx.pod_pool)
+                   self.ctx.pod_slots), pool=self.ctx.pod_pool, at_once=POLL_CONCURRENCY)
         judged = await judging.poll_and_judge(found.guarded, self.mem.tracks, how, settings,
                                               lambda p: self.history_for(p, self.ctx.clock.now(), found.groups))
         wanting = [j for j in judged if any(d.action is Action.ROTATE and not d.dry_run for d in j.decisions)]

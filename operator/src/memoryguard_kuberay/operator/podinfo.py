@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,7 +37,10 @@ MAX_ENV_READ = 256  # a Ray container's env entries read (the rest of a hostile 
 MAX_VALUE = 1024  # characters of one value kept
 
 
-@dataclasses.dataclass(frozen=True)
+NOTHING: Mapping[str, str] = types.MappingProxyType({})  # most pods' annotations of ours and remedy env
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class PodInfo:
     name: str
     namespace: str
@@ -71,6 +76,14 @@ def _obj(x: Any) -> Mapping[str, Any]:
     return x if isinstance(x, Mapping) else {}
 
 
+def _shared(x: str) -> str:
+    """One copy of a string many pods carry (namespace, cluster, group,
+    phase, template, remedy env): the cache holds every pod of the watched
+    namespaces, and a copy each of these was about a fifth of a pod's entry.
+    Interned strings go when no pod holds them any more."""
+    return sys.intern(str(x))
+
+
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     """Tolerant of any shape: a field of the wrong type reads as absent."""
     meta = _obj(pod.get("metadata"))
@@ -81,16 +94,17 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     ready = any(_obj(c).get("type") == "Ready" and _obj(c).get("status") == "True" for c in conds)
     ann = _obj(meta.get("annotations"))
     return PodInfo(
-        name=str(meta.get("name", "")), namespace=str(meta.get("namespace", "")), uid=str(meta.get("uid", "")),
+        name=str(meta.get("name", "")), namespace=_shared(str(meta.get("namespace", ""))),
+        uid=str(meta.get("uid", "")),
         ip=status.get("podIP") if isinstance(status.get("podIP"), str) and status.get("podIP") else None,
-        cluster=str(labels.get(LABEL_CLUSTER, "")),
-        group=str(labels.get(LABEL_GROUP, "")), is_head=labels.get(LABEL_NODE_TYPE) == "head",
-        phase=str(status.get("phase", "")), ready=ready, terminating=bool(meta.get("deletionTimestamp")),
+        cluster=_shared(str(labels.get(LABEL_CLUSTER, ""))),
+        group=_shared(str(labels.get(LABEL_GROUP, ""))), is_head=labels.get(LABEL_NODE_TYPE) == "head",
+        phase=_shared(str(status.get("phase", ""))), ready=ready, terminating=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp", "")),
         # Only MemoryGuard's own, each cut short: what else a pod carries
         # (possibly megabytes) is not kept for it.
         annotations={str(k): v[:MAX_ANNOTATION] for k, v in ann.items()
-                     if isinstance(v, str) and str(k).startswith(ANN_PREFIX)},
+                     if isinstance(v, str) and str(k).startswith(ANN_PREFIX)} or NOTHING,
         injected_sidecar=any(_obj(c).get("name") == SIDECAR_NAME for c in _containers(pod)),
         **_ray_container(pod),
     )
@@ -102,14 +116,14 @@ def _ray_container(pod: Mapping[str, Any]) -> dict[str, Any]:
     ray = _obj(containers[0]) if isinstance(containers, list) and containers else {}
     raw_env = ray.get("env")
     env = [_obj(e) for e in (raw_env if isinstance(raw_env, list) else [])[:MAX_ENV_READ]]
-    remedy = {str(e["name"]): e["value"][:MAX_VALUE] for e in env if isinstance(e.get("name"), str)
-              and isinstance(e.get("value"), str) and e["name"].startswith(REMEDY_ENV_PREFIXES)}
+    remedy = {_shared(e["name"]): _shared(e["value"][:MAX_VALUE]) for e in env if isinstance(e.get("name"), str)
+              and isinstance(e.get("value"), str) and e["name"].startswith(REMEDY_ENV_PREFIXES)} or NOTHING
     if not ray:
         return {"remedy_env": remedy, "template": ""}
     shape = {k: ray.get(k) for k in ("image", "command", "args", "resources")}
     shape["env"] = [[str(e.get("name"))[:MAX_VALUE], str(e.get("value", e.get("valueFrom")))[:MAX_VALUE]] for e in env]
     digest = hashlib.sha256(json.dumps(shape, sort_keys=True, default=str)[:1 << 20].encode()).hexdigest()
-    return {"remedy_env": remedy, "template": digest[:10]}
+    return {"remedy_env": remedy, "template": _shared(digest[:10])}
 
 
 def _containers(pod: Mapping[str, Any]) -> list[Any]:

@@ -36,7 +36,7 @@ class Reason(str, enum.Enum):
     GROWTH_PLATEAU = "GrowthPlateau"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)  # a pod's last one is kept: one a pod
 class Evidence:
     """The numbers behind a decision. Every field may be unknown (None)."""
 
@@ -57,7 +57,7 @@ class Evidence:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Decision:
     action: Action
     reason: Reason

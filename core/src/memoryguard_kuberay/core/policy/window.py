@@ -170,6 +170,9 @@ class Series:
     after an outage of the sidecar, buckets older than the window leave it,
     so a fit never spans more than ``window_s`` of the pod's life."""
 
+    # Four a pod, kept for its life: slots, not a dict each (as PodWindow).
+    __slots__ = ("_fit", "_stale", "bucket_s", "buckets", "first_bucket_s", "on_lows", "open", "window_s")
+
     def __init__(self, bucket_s: float, window_s: float, *, on_lows: bool = False) -> None:
         self.bucket_s = bucket_s
         self.window_s = window_s
@@ -241,6 +244,11 @@ class Series:
 
 class PodWindow:
     """Everything the policy remembers about one pod."""
+
+    # One a pod, 20,000 a replica: slots, not a dict each (issue 25's RSS).
+    __slots__ = ("_first_oom_kills", "baseline_used_bytes", "critical", "first_s", "floor", "last",
+                 "last_spill_known_s", "last_spill_s", "limit_bytes", "oom_kills_seen", "pressure", "rapid",
+                 "regime_s", "samples_rejected", "samples_seen", "settings", "store", "store_full", "used")
 
     def __init__(self, settings: PolicySettings) -> None:
         self.settings = settings
