@@ -324,3 +324,25 @@ async def test_a_guards_polls_under_way_are_bounded_by_its_workers_not_its_pods(
     assert most == 3 and asked == 40
     assert sorted(j.pod.name for j in judged) == sorted(p.name for p in pods)
     assert all(t.window.samples_seen == 1 and t.error is None for t in tracks.values())
+
+
+def test_the_pod_cache_keeps_one_copy_of_what_many_pods_carry() -> None:
+    # The cache holds every pod of the watched namespaces: what pods share
+    # is one object, what is a pod's own is its own, and nothing is lost.
+    def pod(i: int) -> dict[str, Any]:
+        raw = {"metadata": {"name": f"rc-w-{i}", "namespace": "team-a", "uid": f"u{i}",
+                            "labels": {podinfo.LABEL_CLUSTER: "rc", podinfo.LABEL_GROUP: "workers"},
+                            "annotations": {"unrelated": "x" * 100}},
+               "spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.49.0",
+                                        "env": [{"name": "MALLOC_CONF", "value": "background_thread:true"}]}]},
+               "status": {"phase": "Running", "podIP": f"10.0.0.{i}"}}
+        return json.loads(json.dumps(raw))  # each parsed on its own, as the watch hands them over
+
+    a, b = podinfo.pod_info(pod(1)), podinfo.pod_info(pod(2))
+    for field in ("namespace", "cluster", "group", "phase", "template"):
+        assert getattr(a, field) is getattr(b, field), field
+    assert next(iter(a.remedy_env.values())) is next(iter(b.remedy_env.values()))
+    assert a.annotations is b.annotations and dict(a.annotations) == {}  # not ours: not kept
+    assert (a.name, a.uid, a.ip, a.namespace, a.group) == ("rc-w-1", "u1", "10.0.0.1", "team-a", "workers")
+    assert dict(a.remedy_env) == {"MALLOC_CONF": "background_thread:true"} and a.template == b.template
+    assert not hasattr(a, "__dict__")  # slots: no dict a pod
