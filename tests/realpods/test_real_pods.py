@@ -271,9 +271,12 @@ def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(cluster: Clus
     pod = c.wait_for(lambda: (p := c.running("guarded")) and any(
         k["name"] == patches.SIDECAR_NAME for k in p["spec"]["containers"]) and p, 180, "the guarded worker Running")
     assert c.wait_for(lambda: c.running("control") and c.running("headgroup"), 180, "head and control Running")
-    # Its first samples read nothing ("none"): Ray's processes are not up yet.
-    doc = c.wait_for(lambda: (d := _samples(c.ports["sidecar"])) and d["source"] != "none" and d, 90,
-                     "the sidecar's samples of Ray's memory")
+    # Its first samples read nothing ("none"): Ray's processes are not up yet;
+    # then the container's memory climbs past 100 MiB as raylet and its workers
+    # start (a first reading caught at 99.5 MiB once), so wait for Ray's own size.
+    doc = c.wait_for(lambda: (d := _samples(c.ports["sidecar"])) and d["source"] != "none"
+                     and (d["samples"][-1].get("memory_current") or 0) > 100 * MIB and d, 90,
+                     "the sidecar's samples of Ray's memory (over 100 MiB: Ray up)")
     print(f"real pods: the sidecar's source: {doc['source']}; last sample: {doc['samples'][-1]}")
     assert doc["source"].startswith("cgroup-v1:/proc/") and "/root/sys/fs/cgroup/memory" in doc["source"], doc["source"]
     last = doc["samples"][-1]
