@@ -373,6 +373,27 @@ def scrape(port: int) -> str:
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=20).read().decode()
 
 
+async def warm_up(procs: list[asyncio.subprocess.Process], ports: list[int], seconds: float,
+                  every: float = 30.0) -> None:
+    """Wait out the warm-up, printing each replica's shards, pods and RSS
+    every ``every`` seconds: where a replica's memory went while placement
+    settled (a peak RSS is kept long after the pods that made it are gone)."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        await asyncio.sleep(min(every, left))
+        line = []
+        for r, (p, port) in enumerate(zip(procs, ports)):
+            _cpu, rss, peak = proc_cpu_rss(p.pid)
+            try:  # off the loop: the emulated API is served by this one
+                text = await asyncio.to_thread(scrape, port)
+                held = (f"{metric_sum(text, 'memoryguard_shards_owned'):.0f} shards, "
+                        f"{metric_sum(text, 'memoryguard_pods_guarded'):.0f} pods")
+            except OSError:
+                held = "metrics not up"
+            line.append(f"replica {r}: {held}, RSS {rss:.0f} MiB (peak {peak:.0f})")
+        print(f"[warm-up {seconds - max(0.0, end - time.monotonic()):.0f} s] " + "; ".join(line), file=sys.stderr)
+
+
 async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shards: int = 0,
               per_guard: int = PER_GUARD, kill: bool = False) -> dict[str, Any]:
     api = EmulatedApi()
@@ -443,7 +464,7 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
         try:
             print(f"[{n} pods, {guards} guard(s), {replicas} replica(s)] warming up {warmup:.0f} s ...",
                   file=sys.stderr)
-            await asyncio.sleep(warmup)
+            await warm_up(procs, ports, warmup)
             c0 = [proc_cpu_rss(p.pid)[0] for p in procs]
             h0 = [histogram(f"http://127.0.0.1:{port}/metrics", "memoryguard_sample_to_decision_seconds")
                   for port in ports]

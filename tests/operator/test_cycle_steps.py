@@ -129,8 +129,8 @@ def test_the_cycle_is_the_list_of_steps_it_says() -> None:
     src = inspect.getsource(guarding.GuardReconciler.cycle)
     named = [line.strip().removeprefix("self.").rstrip(",") for line in src.split("steps: list[Step] = [")[1]
              .split("]")[0].splitlines() if line.strip()]
-    assert named == ["read_spec", "admit", "find_clusters", "set_up_clusters", "read_pods", "advance_rotations",
-                     "take_evidence", "poll_and_decide", "review_remediations", "summarize"]
+    assert named == ["read_spec", "admit", "find_clusters", "set_up_clusters", "read_pods", "hold_while_placing",
+                     "advance_rotations", "take_evidence", "poll_and_decide", "review_remediations", "summarize"]
     for name in named:
         step = getattr(guarding.GuardReconciler, name)
         assert inspect.signature(step).return_annotation in ("Decided", Decided), name
@@ -189,6 +189,39 @@ def test_a_pod_whose_samples_break_the_policy_is_named_and_the_others_go_on(monk
     pods = loop.mem.status["pods"]
     assert pods["w-weird"]["pollFailure"] == "BadAnswer" and "ArithmeticError" in pods["w-weird"]["sidecarError"]
     assert ("annotate", "w-leak") in kube.log
+
+
+def test_while_the_first_placement_is_under_way_a_cycle_counts_its_pods_and_polls_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """shards.py: a release's first placement weighs each shard by its pods
+    before any is polled (a shard polled, then moved, cost its first holder
+    those polls' memory for nothing)."""
+    clock = FixedClock()
+    kube = FakeKube(RC, _guard(SPEC))
+    ctx = _context(kube, FakePods([_pod("w-a", "127.0.0.11"), _pod("w-b", "127.0.0.12")]), clock)
+
+    class Placing(guardstate.AllShards):
+        on = True
+
+        def placing(self) -> bool:
+            return self.on
+
+    ctx.shards = shards = Placing()
+    asked: list[str] = []
+
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        asked.append(ip)
+        return Poll(_leaking(clock.t), None, 0.01)
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    loop = guarding.GuardReconciler(ctx, NS, GUARD)
+    assert loop.pods() is None
+    assert asyncio.run(loop.cycle(kube.guard)) == guarding.PLACING_RETRY_S
+    assert asked == [] and loop.pods() == 2 and not any(k == "annotate" for k, _ in kube.log)
+    shards.on = False
+    asyncio.run(loop.cycle(kube.guard))
+    assert sorted(asked) == ["127.0.0.11", "127.0.0.12"] and loop.pods() == 2
+    assert any(k == "annotate" for k, _ in kube.log)  # a leaking pod rotated, once polled
 
 
 def test_an_invalid_spec_is_said_once_per_generation_and_ends_the_cycle() -> None:

@@ -143,6 +143,19 @@ async def test_a_probe_that_misbehaves_is_skipped_within_the_budget(tmp_path: An
     assert doc["rayObjects"] is None and says in doc["skipped"]["rayObjects"]
 
 
+async def test_a_flooding_probe_never_holds_its_slot_past_the_flood(tmp_path: Any, monkeypatch: Any) -> None:
+    """asyncio's wait() returns only once the probe's pipe is closed, and a
+    reader that stopped at the cap, paused on a full buffer, never saw it
+    close: the flood case failed CI twice ("not in within the 30 s budget")
+    and hung 2 of 15 times in a loop of 4 MiB floods. What is past the cap
+    is read and dropped now."""
+    monkeypatch.setattr(forensics, "PROBE", _probe_script(
+        tmp_path, "import sys; sys.stdout.write('x' * (4 * 1024 * 1024)); sys.stdout.flush()"))
+    for _ in range(20):
+        with pytest.raises(ValueError, match="larger than 256 KiB"):
+            await asyncio.wait_for(forensics._probe("127.0.0.55:6379", "127.0.0.55", 20.0), 15)
+
+
 async def test_the_real_probe_against_a_gcs_that_is_down_is_cut_at_the_budget() -> None:
     t0 = time.monotonic()
     doc = await forensics.collect(_subject("127.0.0.54", 1, gcs="127.0.0.54:1"), budget_s=4.0, with_ray=True)

@@ -16,9 +16,12 @@ from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.operator import shardplan
 from memoryguard_kuberay.operator.kube import Credentials, Kube
 from memoryguard_kuberay.operator.leader import LeaderElector, LeaseConfig
-from memoryguard_kuberay.operator.shards import ShardConfig, ShardKeeper
+from memoryguard_kuberay.operator.shards import ANN_PODS, PLACING_FOR_LEASES, ShardConfig, ShardKeeper
 
 S = 8
+# Ticks (3 s of its clock apart) a replica takes to have joined: it takes no
+# free shard for the Lease's 15 s from its first tick (shards.py).
+JOIN = 6
 
 
 class Clock:
@@ -49,6 +52,30 @@ def test_the_plan_gives_one_shard_a_tick_and_takes_only_what_no_live_replica_hol
     # c is dead (not live): its shard is a candidate, a live replica's is not.
     p = shardplan.plan(2, "b", {"a", "b"}, set(), {0: "c", 1: "a"})
     assert p.take == (0,)
+
+
+def test_a_joining_replica_takes_no_free_shard_and_leaves_them_to_the_others() -> None:
+    # Alone: every free shard is its own; just started, none (a peer started with it may not be listed yet).
+    p = shardplan.plan(8, "a", {"a"}, set(), {})
+    assert len(p.take) == 8 and "joining" not in p.why
+    p = shardplan.plan(8, "a", {"a"}, set(), {}, joining=True)
+    assert (p.keep, p.give, p.take, p.load) == ((), (), (), 0) and "joining" in p.why
+    # A joined peer sees the joining one live: it takes its own half, not the joining one's.
+    p = shardplan.plan(8, "b", {"a", "b"}, set(), {})
+    assert len(p.take) == 4
+    # Once joined, the one that waited takes the other half: the two plans meet.
+    q = shardplan.plan(8, "a", {"a", "b"}, set(), dict.fromkeys(p.take, "b"))
+    assert sorted(q.take + p.take) == list(range(8))
+
+
+def test_while_pods_are_being_counted_no_shard_moves_and_the_placement_is_not_settled() -> None:
+    # a holds all 8 and b none: a would give one up, but not on counts still coming in.
+    p = shardplan.plan(8, "a", {"a", "b"}, set(range(8)), dict.fromkeys(range(8), "a"), counting=True)
+    assert (p.give, p.settled) == ((), False)
+    p = shardplan.plan(8, "a", {"a", "b"}, set(range(8)), dict.fromkeys(range(8), "a"))
+    assert (len(p.give), p.settled) == (1, False)
+    held = {s: ("a" if s < 4 else "b") for s in range(8)}
+    assert shardplan.plan(8, "a", {"a", "b"}, set(range(4)), held).settled
 
 
 def test_shards_are_placed_by_their_pods_not_their_count() -> None:
@@ -175,13 +202,28 @@ async def test_one_replica_holds_every_shard_and_a_second_takes_half_without_any
     _api, k = kube
     ca, cb = Clock(), Clock()
     a = keeper(k, "a", ca)
-    await settle((a, ca), ticks=1)
+    await settle((a, ca), ticks=JOIN)
     assert owned(a) == set(range(S))
     b = keeper(k, "b", cb)
-    await settle((a, ca), (b, cb))
+    await settle((a, ca), (b, cb), ticks=JOIN + S // 2 + 1)
     assert len(owned(a)) == len(owned(b)) == S // 2 and owned(a) | owned(b) == set(range(S))
     # b taking a shard bumped its term: a guard's memory from before the take is not reused.
     assert all(b.terms[s] == 1 for s in owned(b))
+
+
+async def test_replicas_started_together_never_hold_more_than_their_share_while_they_appear(kube) -> None:
+    """Issue 25's bench: two replicas started at once; the first to list saw
+    no peer and took every shard (and polled every pod) before giving half
+    away. Joining, each waits a Lease's duration before taking."""
+    _api, k = kube
+    ca, cb = Clock(), Clock()
+    a, b = keeper(k, "a", ca), keeper(k, "b", cb)
+    most = 0
+    for _ in range(JOIN + 2):
+        await settle((a, ca), (b, cb), ticks=1)
+        most = max(most, len(a.held), len(b.held))
+    assert most == S // 2, most
+    assert len(owned(a)) == len(owned(b)) == S // 2 and owned(a) | owned(b) == set(range(S))
 
 
 async def test_a_dead_replica_s_shards_are_taken_only_after_its_leases_ran_out(kube) -> None:
@@ -209,7 +251,7 @@ async def test_a_replica_that_cannot_renew_stops_acting_before_the_lease_runs_ou
     api, k = kube
     clock = Clock()
     a = keeper(k, "a", clock)
-    await settle((a, clock), ticks=1)
+    await settle((a, clock), ticks=JOIN)
     assert owned(a) == set(range(S))
     api.faults.append(lambda _r: ApiError(503, "ServiceUnavailable", "down"))
     clock.t += 9
@@ -222,7 +264,7 @@ async def test_a_shard_is_given_up_only_once_no_cycle_of_its_guards_is_in_flight
     _api, k = kube
     ca, cb = Clock(), Clock()
     a = keeper(k, "a", ca)
-    await settle((a, ca), ticks=1)
+    await settle((a, ca), ticks=JOIN)
     guards = a_guard_per_shard(a)
     b = keeper(k, "b", cb)
     await settle((b, cb), ticks=1)  # b is seen alive; it takes nothing yet: every shard is a's
@@ -243,7 +285,7 @@ async def test_a_shard_is_given_up_only_once_no_cycle_of_its_guards_is_in_flight
         if not a.giving:
             break
     assert not a.held & giving
-    await settle((a, ca), (b, cb), ticks=2)
+    await settle((a, ca), (b, cb), ticks=JOIN)
     assert giving <= owned(b)
 
 
@@ -295,7 +337,7 @@ async def test_a_shard_held_again_after_another_replica_held_it_has_a_new_term(k
     _api, k = kube
     ca, cb = Clock(), Clock()
     a = keeper(k, "a", ca, shards=1)
-    await settle((a, ca), ticks=1)
+    await settle((a, ca), ticks=JOIN)
     term = a.terms[0]
     b = keeper(k, "b", cb, shards=1)
     cb.t += 1
@@ -318,7 +360,7 @@ async def test_a_shard_whose_give_up_the_api_refused_is_taken_once_its_lease_run
     api, k = kube
     ca, cb = Clock(), Clock()
     a = keeper(k, "a", ca)
-    await settle((a, ca), ticks=1)
+    await settle((a, ca), ticks=JOIN)
     b = keeper(k, "b", cb)
     await settle((b, cb), ticks=1)  # b is seen alive; every shard is still a's
     refused: list[str] = []
@@ -352,7 +394,7 @@ async def test_a_give_up_that_races_a_renewal_reads_again_and_succeeds(kube) -> 
     api, k = kube
     clock = Clock()
     a = keeper(k, "a", clock, shards=1)
-    await settle((a, clock), ticks=1)
+    await settle((a, clock), ticks=JOIN)
     conflicts = [1]
 
     def once(request: object) -> ApiError | None:
@@ -371,12 +413,12 @@ async def test_the_holder_writes_its_shards_pods_on_their_leases_and_replicas_sp
     api, k = kube
     ca, cb = Clock(), Clock()
     a = keeper(k, "a", ca)
-    await settle((a, ca), ticks=1)
+    await settle((a, ca), ticks=JOIN)
     guards = a_guard_per_shard(a)
     sizes = {s: (7000 if s == 0 else 1000) for s in range(S)}  # one guard of 7,000 pods, seven of 1,000
     for s, g in guards.items():
         a.weigh("ns", g, sizes[s])
-    await settle((a, ca), ticks=1)
+    await settle((a, ca), ticks=JOIN)
     lease = api.get("leases", "default", shardplan.shard_lease("mg", 0))
     assert lease is not None and lease["metadata"]["annotations"]["memoryguard.io/pods"] == "7000"
     b = keeper(k, "b", cb)
@@ -386,9 +428,83 @@ async def test_the_holder_writes_its_shards_pods_on_their_leases_and_replicas_sp
             for s, g in guards.items():
                 kp.weigh("ns", g, sizes[s] if s in kp.held else None)
 
-    for _ in range(12):
+    for _ in range(JOIN + 12):
         await settle((a, ca), (b, cb), ticks=1)
         cycle()
     carried = {name: sum(sizes[s] for s in owned(kp)) for name, kp in (("a", a), ("b", b))}
     assert owned(a) | owned(b) == set(range(S)) and not owned(a) & owned(b)
     assert sorted(carried.values()) == [7000, 7000], carried  # by count (4 and 4) it would be 4,000 and 10,000
+
+
+async def test_a_release_s_first_placement_counts_before_anything_is_polled_and_ends_once_placed(kube) -> None:
+    """No shard Lease says its pods: the guards count (weigh) and poll
+    nothing (``placing``) until every shard carries a count and no move is
+    left; a shard without guards counts 0; a replica started later, when
+    the Leases carry counts, never waits so."""
+    api, k = kube
+    ca, cb = Clock(), Clock()
+    a, b = keeper(k, "a", ca), keeper(k, "b", cb)
+    guards = a_guard_per_shard(a)
+    sizes = {s: (3000 if s < 2 else 100) for s in guards}  # two big shards, six small
+    empty = 7  # a shard whose guard is gone: held, counted 0
+    for kp in (a, b):
+        for s, g in guards.items():
+            if s != empty:
+                kp.enlist("ns", g)
+    await settle((a, ca), (b, cb), ticks=1)
+    assert a.placing() and b.placing()
+
+    def count() -> None:  # each replica's guards of the shards it holds count their pods, as cycles do
+        for kp in (a, b):
+            for s, g in guards.items():
+                if s != empty:
+                    kp.weigh("ns", g, sizes[s] if s in kp.held else None)
+
+    ticks = 0
+    while a.placing() or b.placing():
+        ticks += 1
+        assert ticks < 12, "the first placement never settled"
+        count()
+        await settle((a, ca), (b, cb), ticks=1)
+    counts = {int(lease["metadata"]["name"].rsplit("-", 1)[1]): lease["metadata"]["annotations"][ANN_PODS]
+              for lease in api.objects("leases", "default") if "-shard-" in lease["metadata"]["name"]}
+    assert counts[empty] == "0" and len(counts) == S
+    carried = sorted(sum(sizes[s] for s in kp.held if s != empty) for kp in (a, b))
+    assert carried[1] - carried[0] <= 200, carried  # by pods (by count alone both big shards could sit together)
+    # A third replica, started now, finds the counts: nothing to wait for.
+    cc = Clock()
+    c = keeper(k, "c", cc)
+    await settle((c, cc), ticks=1)
+    assert not c.placing()
+
+
+async def test_the_first_placement_waits_at_most_its_bound(kube) -> None:
+    _api, k = kube
+    clock = Clock()
+    a = keeper(k, "a", clock)
+    a.enlist("ns", "never-counts")  # a guard whose cycle never counts (say, stuck waiting for its pods)
+    await settle((a, clock), ticks=1)
+    assert a.placing()
+    bound = PLACING_FOR_LEASES * a.cfg.lease_s
+    clock.t += bound - 0.5  # the bound counts from the first tick (settle moved the clock to it)
+    assert a.placing()
+    clock.t += 1
+    assert not a.placing()  # polls go on even though a tick is late
+    await settle((a, clock), ticks=1)
+    assert a.placing_until is None
+
+
+def test_a_held_shard_s_pods_are_known_once_every_guard_of_it_counted() -> None:
+    kp = ShardKeeper(None, ShardConfig("default", "mg", "a", 1))  # type: ignore[arg-type]
+    kp.held = {0}
+    assert kp.pods_of(0) == 0  # no guard: nothing to count
+    kp.enlist("ns", "g1")
+    kp.enlist("ns", "g2")
+    kp.weigh("ns", "g1", 40)
+    assert kp.pods_of(0) is None  # g2 not yet
+    kp.weigh("ns", "g2", 2)
+    assert kp.pods_of(0) == 42
+    kp.delist("ns", "g2")
+    assert kp.pods_of(0) == 40
+    kp.held = set()
+    assert kp.pods_of(0) is None

@@ -143,6 +143,13 @@ async def _probe(gcs_address: str, node_ip: str, timeout_s: float, pod_name: str
     finally:
         if proc.returncode is None:
             proc.kill()
+        # What it wrote past the cap is read and dropped: asyncio's wait()
+        # returns only once the pipe is closed, and a reader left paused on a
+        # full buffer never sees it close (a flooding probe held its slot
+        # for the whole budget, as often as the machine was slow to read).
+        assert proc.stdout is not None
+        while await proc.stdout.read(65536):
+            pass
         await proc.wait()
     if len(out) > PROBE_MAX_BYTES:
         raise ValueError(f"the probe's answer is larger than {PROBE_MAX_BYTES // 1024} KiB")

@@ -48,6 +48,7 @@ POD_WAIT_S = 10.0  # a guard's first cycle waits this long for its namespace's p
 MIN_PAUSE_S = 0.5  # operator clock: the least pause between two cycles of one guard
 INVALID_RETRY_S = 30.0  # an invalid spec is read again after this (its change also wakes kopf)
 REFUSED_RETRY_S = 60.0  # a guard over its namespace's limit asks again after this
+PLACING_RETRY_S = 3.0  # a guard counting its pods during the first placement of shards counts again after this
 
 
 Step = Callable[[Run], Awaitable[Decided]]
@@ -59,6 +60,7 @@ class GuardReconciler:
         self.namespace, self.name = namespace, name
         self.memory: Memory | None = None  # read back from the guard's status on the first cycle
         self.evidence = Evidence()  # collections under way (work, not memory: see evidence.py)
+        self.counted: int | None = None  # its guarded pods, as the last cycle to read them found them
 
     # -- the cycle ---------------------------------------------------------------------
     async def cycle(self, body: Mapping[str, Any], *, stopped: Callable[[], bool] = lambda: False) -> float:
@@ -75,6 +77,7 @@ class GuardReconciler:
             self.find_clusters,
             self.set_up_clusters,
             self.read_pods,
+            self.hold_while_placing,
             self.advance_rotations,
             self.take_evidence,
             self.poll_and_decide,
@@ -119,7 +122,9 @@ class GuardReconciler:
 
     def pods(self) -> int | None:
         """The pods this guard polls, as its last cycle found them (None before one)."""
-        return None if self.memory is None else len(self.memory.tracks)
+        if self.counted is not None:
+            return self.counted
+        return None if self.memory is None else 0
 
     @property
     def mem(self) -> Memory:
@@ -180,6 +185,16 @@ class GuardReconciler:
                           Groups.of(selected.clusters, pods), str((run.body.get("metadata") or {}).get("uid", "")))
         self.mem.ledger.adopt(pods, guard=self.name, max_unavailable=spec.policy.max_unavailable,
                               now=self.ctx.clock.now())
+        self.counted = len(run.found.guarded)
+        return NOTHING
+
+    async def hold_while_placing(self, run: Run) -> Decided:
+        """A release's first placement of its shards (shards.py): the pods
+        counted (the shard's weight) and none polled, until the shards sit
+        where their counts place them; else a shard moved right after would
+        have cost this replica its pods' first polls for nothing."""
+        if self.ctx.shards.placing():
+            return Decided(end_in_s=PLACING_RETRY_S)
         return NOTHING
 
     async def advance_rotations(self, run: Run) -> Decided:

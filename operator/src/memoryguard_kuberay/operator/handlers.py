@@ -108,6 +108,7 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
     ns, nm = namespace or "", name or ""
     reconciler: guarding.GuardReconciler | None = None
     term = -1
+    ctx.shards.enlist(ns, nm)
     try:
         while not stopped:
             if reconciler is not None and (not ctx.shards.holds_guard(ns, nm) or ctx.shards.term(ns, nm) != term):
@@ -137,7 +138,7 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
             ctx.shards.weigh(ns, nm, reconciler.pods())  # shards are placed by their pods
             await stopped.wait(ctx.clock.real_seconds(delay))
     finally:
-        ctx.shards.weigh(ns, nm, None)
+        ctx.shards.delist(ns, nm)
         if reconciler is not None:
             await reconciler.close()
 

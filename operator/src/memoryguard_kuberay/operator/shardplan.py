@@ -62,16 +62,22 @@ class Plan:
     load: int  # what this replica carries after the plan: its shards' pods, and one a shard
     share: float  # what each live replica would carry, all being even
     why: str  # a person's reading of the plan
+    settled: bool = False  # every shard held and no move left to make, as this replica sees them
 
 
 def plan(shards: int, me: str, live: Collection[str], held: Collection[int],
-         holders: Mapping[int, str], pods: Mapping[int, int] | None = None) -> Plan:
+         holders: Mapping[int, str], pods: Mapping[int, int] | None = None, *, joining: bool = False,
+         counting: bool = False) -> Plan:
     """What a replica does with the shards this tick.
 
     ``live``: the replicas whose presence Lease was renewed lately (``me``
     among them); ``held``: the shards ``me`` holds; ``holders``: every
     shard's holder as listed ("" when free); ``pods``: each shard's pods as
-    its holder last wrote them on its Lease (absent: not known yet).
+    its holder last wrote them on its Lease (absent: not known yet);
+    ``joining``: ``me`` has just started, and takes no free shard yet (its
+    peers starting with it may not be listed); ``counting``: shards' pods
+    are still being counted (a release's first placement), so no shard
+    moves yet on counts that are about to change.
 
     A shard weighs its pods plus one (so shards without pods still spread
     evenly). Every replica computes the same placement from the same LIST:
@@ -96,22 +102,24 @@ def plan(shards: int, me: str, live: Collection[str], held: Collection[int],
     share = total / len(replicas)
     free = sorted((s for s in range(shards) if s not in owner), key=lambda s: (-weight[s], s))
     take = []
-    for s in free:
-        to = min(replicas, key=lambda r: (load[r], _h(f"{r}/{s}")))
+    takers = [r for r in replicas if not (joining and r == me)]
+    for s in free if takers else ():
+        to = min(takers, key=lambda r: (load[r], _h(f"{r}/{s}")))
         load[to] += weight[s]
         if to == me:
             take.append(s)
     give: tuple[int, ...] = ()
-    if not free:
-        move = _one_move(replicas, owner, weight, load, share)
-        if move is not None and owner[move] == me:
-            give = (move,)
-            load[me] -= weight[move]
+    move = None if free or counting else _one_move(replicas, owner, weight, load, share)
+    if move is not None and owner[move] == me:
+        give = (move,)
+        load[me] -= weight[move]
     keep = tuple(sorted(s for s in held if s not in give))
     why = (f"{len(replicas)} live replica(s) share {shards} shard(s) of {total - shards} pod(s), about "
            f"{share:.0f} each (pods, and one a shard): carrying {load[me]} in {len(keep) + len(take)}, "
-           f"giving up {len(give)}, trying {len(take)}")
-    return Plan(keep, give, tuple(take), load[me], share, why)
+           f"giving up {len(give)}, trying {len(take)}" + ("; joining: taking none until replicas started with "
+                                                           "this one have had a Lease's duration to appear"
+                                                           if joining else ""))
+    return Plan(keep, give, tuple(take), load[me], share, why, settled=not free and not counting and move is None)
 
 
 def _one_move(replicas: list[str], owner: Mapping[int, str], weight: Mapping[int, int],

@@ -43,6 +43,12 @@ ANN_SHARDS = "memoryguard.io/shards"  # on a presence Lease: the replica's shard
 ANN_PODS = "memoryguard.io/pods"  # on a shard Lease: its guards' pods, as its holder last counted them
 MAX_SHARDS = 256  # each a Lease renewed every renew_s by its holder
 FORGET_AFTER = 4  # a presence Lease unchanged for this many durations is deleted (a replica long gone)
+# A release's first placement: no shard Lease says its pods yet, so shards
+# are split by count and moved once their pods are counted; a shard polled
+# and then given away cost its first holder the memory of those polls (a
+# peak CPython keeps). So its guards count their pods and poll nothing until
+# the shards are placed by those counts, for at most this many Lease durations.
+PLACING_FOR_LEASES = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +82,15 @@ class AllShards:
 
     def weigh(self, namespace: str, name: str, pods: int | None) -> None:
         return None
+
+    def enlist(self, namespace: str, name: str) -> None:
+        return None
+
+    def delist(self, namespace: str, name: str) -> None:
+        return None
+
+    def placing(self) -> bool:
+        return False
 
     def owned(self) -> int:
         return 1
@@ -113,8 +128,13 @@ class ShardKeeper:
         # here once one of its guards has counted since this replica took it
         # (until then its Lease keeps what the previous holder wrote).
         self.guard_pods: dict[int, dict[tuple[str, str], int]] = {}
+        # Every guard there is, by shard (kopf runs each guard's daemon in
+        # every replica): a held shard's pods are known once each has counted.
+        self.enlisted: dict[int, set[tuple[str, str]]] = {}
+        self.placing_until: float | None = None  # a release's first placement under way (PLACING_FOR_LEASES)
         self.agreed = True
         self.last_plan: shardplan.Plan | None = None
+        self.began: float | None = None  # this replica's first tick: it takes nothing for a Lease's duration after
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- what the guards ask --------------------------------------------------------------
@@ -153,12 +173,31 @@ class ShardKeeper:
         if pods is None:
             self.guard_pods.get(s, {}).pop((namespace, name), None)
         elif s in self.held:
+            self.enlisted.setdefault(s, set()).add((namespace, name))
             self.guard_pods.setdefault(s, {})[(namespace, name)] = pods
 
+    def enlist(self, namespace: str, name: str) -> None:
+        """A guard exists (its daemon started here), whichever replica acts on it."""
+        self.enlisted.setdefault(self.shard(namespace, name), set()).add((namespace, name))
+
+    def delist(self, namespace: str, name: str) -> None:
+        """A guard is gone (its daemon ended)."""
+        s = self.shard(namespace, name)
+        self.enlisted.get(s, set()).discard((namespace, name))
+        self.guard_pods.get(s, {}).pop((namespace, name), None)
+
     def pods_of(self, s: int) -> int | None:
-        """The shard's pods, as its guards here counted them; None until one has."""
-        counted = self.guard_pods.get(s)
-        return None if counted is None else sum(counted.values())
+        """The shard's pods, once every guard of it has counted them here
+        since this replica took it (0 for a shard without guards); None
+        until then (its Lease keeps what the last holder wrote)."""
+        counted = self.guard_pods.get(s, {})
+        if s not in self.held or any(g not in counted for g in self.enlisted.get(s, ())):
+            return None
+        return sum(counted.values())
+
+    def placing(self) -> bool:
+        """A release's first placement under way: guards count, poll nothing."""
+        return self.placing_until is not None and self.clock() < self.placing_until
 
     def owned(self) -> int:
         return sum(1 for s in range(self.shards) if self.owns(s))
@@ -207,8 +246,10 @@ class ShardKeeper:
                 # replica included (one whose give-up the API refused, say):
                 # else it would stay named and never taken again.
                 holders[shard_names[name]] = "" if e.expired(now) else holder
-                with contextlib.suppress(ValueError):  # our own annotation; a bad one weighs nothing
-                    pods[shard_names[name]] = int((meta.get("annotations") or {}).get(ANN_PODS, "0")[:12])
+                notes = meta.get("annotations") or {}
+                if ANN_PODS in notes:
+                    with contextlib.suppress(ValueError):  # our own annotation; a bad one weighs nothing
+                        pods[shard_names[name]] = int(str(notes[ANN_PODS])[:12])
                 continue
             if not name.startswith(prefix) or name == self.presence.cfg.name:
                 continue
@@ -231,7 +272,21 @@ class ShardKeeper:
             log.warning("live replicas %s split the work into the same number of shards (%d) as this one",
                         "now" if agreed else "no longer", self.shards)
         self.agreed = agreed
-        p = shardplan.plan(self.shards, cfg.identity, live, self.held - self.giving, holders, pods)
+        if self.began is None:
+            self.began = now
+            if not pods:  # no shard Lease says its pods: the release's first placement
+                self.placing_until = now + PLACING_FOR_LEASES * cfg.lease_s
+        # Joining (a Lease's duration from the first tick): replicas started
+        # together (a release installed, a rollout) do not see each other
+        # before each has written its presence; the first to list would take
+        # every shard and poll all their pods before giving most away: its
+        # memory would peak at the whole work's, and CPython keeps much of a
+        # peak. Running peers are seen at once; those starting now have had
+        # a Lease's duration to appear.
+        joining = now - self.began < cfg.lease_s
+        counting = self.placing_until is not None and len(pods) < self.shards
+        p = shardplan.plan(self.shards, cfg.identity, live, self.held - self.giving, holders, pods, joining=joining,
+                           counting=counting)
         for s in p.give:
             if s in self.held and s not in self.giving:
                 self.giving.add(s)
@@ -249,6 +304,10 @@ class ShardKeeper:
                     log.info("took shard %d", s)
             except (ApiError, OSError) as e:
                 log.warning("shard %d not taken: %s", s, e)
+        if self.placing_until is not None and (p.settled or now >= self.placing_until):
+            log.info("first placement %s after %.0f s: polling", "settled" if p.settled else "not settled",
+                     now - self.began)
+            self.placing_until = None
         if self.last_plan is None or (p.keep, p.give, p.take) != (self.last_plan.keep, self.last_plan.give,
                                                                   self.last_plan.take):
             log.info("%s", p.why)
