@@ -50,6 +50,12 @@ class Scenario:
     operator_env: dict[str, str] = dataclasses.field(default_factory=dict)
     expect: str = "the leaking worker rotated once the fault cleared"
     shards: int = 0  # the operator runs as one of several replicas sharing this many shards (Leases)
+    # The world's clock (trace seconds a real second) and how far into their
+    # trace the first workers start: replicas on shards poll only once they
+    # have joined and placed the shards (20-30 real s, shards.py), hours of
+    # trace at the default speed, by when the leak would have OOMed unseen.
+    speed: float = 600.0
+    lived_s: float = LIVED_S
 
 
 @dataclasses.dataclass
@@ -66,8 +72,8 @@ class Result:
 async def play(workdir: Path, sc: Scenario, *, seed: int = 7) -> Result:
     t0 = time.monotonic()
     rng = random.Random(seed)
-    trace_for = by_worker_index(sc.leaking, lived_s=LIVED_S, workers=sc.workers)
-    async with world(workdir, trace_for, proxied=True, replace_delay_s=sc.replace_delay_s) as w:
+    trace_for = by_worker_index(sc.leaking, lived_s=sc.lived_s, workers=sc.workers)
+    async with world(workdir, trace_for, proxied=True, replace_delay_s=sc.replace_delay_s, speed=sc.speed) as w:
         spec = {"policy": {"staleAfterSeconds": int(STALE_AFTER_S)}, **sc.guard_spec}
         max_unavailable = int(spec.get("rotation", {}).get("maxUnavailable", 1))
         ref = Referee(w.api, clock=w.clock, max_unavailable=max_unavailable, stale_after_s=STALE_AFTER_S,
@@ -426,6 +432,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              expect="restart waits for the replacement; one eviction"),
     Scenario("shard-killed", "two replicas sharing 4 shards: the one holding the leaking guard's shard SIGKILLed "
              "mid-rotation (eviction held)", shard_killed, shards=SHARDS,
+             # The policy acts on the leak about 48 real s in (at 21,700 s of its trace), after the placement.
+             speed=200.0, lived_s=12000.0,
              expect="the other replica took the shard over within 30 s and finished the rotation; one eviction"),
     Scenario("gcs-down", "Ray GCS unreachable when the worker is drained", gcs_unreachable,
              operator_env={"MEMORYGUARD_DRAIN": "true", "MEMORYGUARD_DRAIN_RPC_TIMEOUT_SECONDS": "1"},
