@@ -19,6 +19,7 @@ from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.decided import Decided
 from memoryguard_kuberay.operator.guardroster import GuardRoster
+from memoryguard_kuberay.operator.kube import ApiError
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.sidecar_client import Poll, PollFailure
 
@@ -222,6 +223,26 @@ def test_while_the_first_placement_is_under_way_a_cycle_counts_its_pods_and_poll
     asyncio.run(loop.cycle(kube.guard))
     assert sorted(asked) == ["127.0.0.11", "127.0.0.12"] and loop.pods() == 2
     assert any(k == "annotate" for k, _ in kube.log)  # a leaking pod rotated, once polled
+
+
+def test_a_guard_that_could_not_read_its_pods_has_not_counted_them() -> None:
+    """Its shard is not weighed on it (the bench's first placement settled on
+    zeros while the namespace's 40,000 pods were still being listed); one
+    ended by a decision before its pods (an invalid spec) polls none: 0."""
+    clock = FixedClock()
+    kube = FakeKube(RC, _guard(SPEC))
+
+    class Unlisted(FakePods):
+        async def pods(self, namespace: str, guard: str, clusters: Iterable[str], *, wait_s: float) -> list[pi.PodInfo]:
+            raise ApiError(0, "PodCacheUnusable", "pods not listed yet")
+
+    loop = guarding.GuardReconciler(_context(kube, Unlisted([_pod("w-a", "127.0.0.11")]), clock), NS, GUARD)
+    asyncio.run(loop.cycle(kube.guard))
+    assert loop.pods() is None
+    bad = FakeKube(RC, _guard({"clusterSelector": {"names": ["rc"]}, "sampling": {"intervalSeconds": -3}}))
+    loop = guarding.GuardReconciler(_context(bad, FakePods([_pod("w-a", "127.0.0.11")]), clock), NS, GUARD)
+    asyncio.run(loop.cycle(bad.guard))
+    assert loop.pods() == 0
 
 
 def test_an_invalid_spec_is_said_once_per_generation_and_ends_the_cycle() -> None:

@@ -96,6 +96,8 @@ class GuardReconciler:
                 return run.spec.sampling.interval_s if run.spec else INVALID_RETRY_S
             await self.apply(body, decided)
             if decided.end_in_s is not None:
+                if run.found is None:
+                    self.counted = 0  # ended by a decision before its pods (invalid, refused): it polls none
                 self.ctx.metrics.degraded(self.namespace, self.name, decided.degraded)
                 return decided.end_in_s
         assert run.spec is not None
@@ -121,10 +123,11 @@ class GuardReconciler:
             self.ctx.events.announce(self.namespace, guard, said)
 
     def pods(self) -> int | None:
-        """The pods this guard polls, as its last cycle found them (None before one)."""
-        if self.counted is not None:
-            return self.counted
-        return None if self.memory is None else 0
+        """The pods this guard polls, as its last cycle to count them found
+        them; None until one has (its pods not read yet: the API failing, the
+        namespace's pods still being listed), so that a shard is not weighed
+        on a guard that only could not count."""
+        return self.counted
 
     @property
     def mem(self) -> Memory:

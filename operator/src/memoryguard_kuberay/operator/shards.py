@@ -47,8 +47,9 @@ FORGET_AFTER = 4  # a presence Lease unchanged for this many durations is delete
 # are split by count and moved once their pods are counted; a shard polled
 # and then given away cost its first holder the memory of those polls (a
 # peak CPython keeps). So its guards count their pods and poll nothing until
-# the shards are placed by those counts, for at most this many Lease durations.
-PLACING_FOR_LEASES = 4
+# the shards are placed by those counts, for at most this many Lease durations
+# (a guard that cannot count, its namespace's pods unlisted, holds them so).
+PLACING_FOR_LEASES = 6
 
 
 @dataclasses.dataclass(frozen=True)
