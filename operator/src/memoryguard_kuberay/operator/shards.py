@@ -174,7 +174,7 @@ class ShardKeeper:
         if pods is None:
             self.guard_pods.get(s, {}).pop((namespace, name), None)
         elif s in self.held:
-            self.enlisted.setdefault(s, set()).add((namespace, name))
+            self.enlist(namespace, name)
             self.guard_pods.setdefault(s, {})[(namespace, name)] = pods
 
     def enlist(self, namespace: str, name: str) -> None:
