@@ -27,7 +27,7 @@ from typing import Any
 
 from memoryguard_kuberay.core.policy import Action, Decision, Reason, RotationHistory, efficacy, urgency
 from memoryguard_kuberay.core.policy.efficacy import Verdict
-from memoryguard_kuberay.operator import clusters, forensics, guardroster, judging, remediation, rotation
+from memoryguard_kuberay.operator import cadence, clusters, forensics, guardroster, judging, remediation, rotation
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.clock import iso
@@ -64,6 +64,7 @@ class GuardReconciler:
         self.memory: Memory | None = None  # read back from the guard's status on the first cycle
         self.evidence = Evidence()  # collections under way (work, not memory: see evidence.py)
         self.counted: int | None = None  # its guarded pods, as the last cycle to read them found them
+        self.phase = cadence.phase_of(namespace, name)  # its place within the sampling interval
 
     # -- the cycle ---------------------------------------------------------------------
     async def cycle(self, body: Mapping[str, Any], *, stopped: Callable[[], bool] = lambda: False) -> float:
@@ -108,9 +109,10 @@ class GuardReconciler:
         self.ctx.metrics.cycle_seconds.labels(self.namespace, self.name).observe(took)
         # Cycles start every interval, not an interval after the last one
         # ended: a long cycle (thousands of pods) must not stretch the time
-        # between two polls of a pod. A cycle longer than the interval is
-        # followed by the next at once (after a breath for the event loop).
-        return max(MIN_PAUSE_S, run.spec.sampling.interval_s - took * self.ctx.clock.scale)
+        # between two polls of a pod; and at the guard's own place in the
+        # interval, so a replica's guards do not all poll at once (cadence.py).
+        return cadence.pause(started=run.now, now=self.ctx.clock.now(), interval_s=run.spec.sampling.interval_s,
+                             phase=self.phase, min_pause_s=MIN_PAUSE_S)
 
     async def apply(self, guard: Mapping[str, Any], decided: Decided) -> None:
         """A step's decision: the status first, then the Events, so whoever
