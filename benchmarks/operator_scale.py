@@ -360,6 +360,21 @@ def metric_sum(text: str, name: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, /proc/stat's
+    first line: what else ran beside the replicas while measuring."""
+    f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = f[3] + f[4]  # idle, iowait
+    return (sum(f) - idle) / os.sysconf("SC_CLK_TCK"), sum(f) / os.sysconf("SC_CLK_TCK")
+
+
+def poll_counts(text: str) -> tuple[float, float, float]:
+    """(polls, their seconds, failed polls) since the replica started."""
+    return (metric_sum(text, "memoryguard_sidecar_poll_seconds_count"),
+            metric_sum(text, "memoryguard_sidecar_poll_seconds_sum"),
+            metric_sum(text, "memoryguard_sidecar_poll_errors_total"))
+
+
 def connections(text: str) -> dict[str, float]:
     """The operator's connections to sidecars since it started: opened, reused."""
     out = {}
@@ -466,6 +481,12 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
                   file=sys.stderr)
             await warm_up(procs, ports, warmup)
             c0 = [proc_cpu_rss(p.pid)[0] for p in procs]
+            # The rest of the machine, the same window: the helpers serving
+            # the sidecars and this process serving the emulated API share
+            # its cores with the replicas.
+            others0 = (sum(proc_cpu_rss(h.pid)[0] for h in helpers), time.process_time(), machine_busy())
+            p0 = [poll_counts(scrape(port)) for port in ports]
+            k0 = [connections(scrape(port)) for port in ports]
             h0 = [histogram(f"http://127.0.0.1:{port}/metrics", "memoryguard_sample_to_decision_seconds")
                   for port in ports]
             s0 = [cycle_stats(f"http://127.0.0.1:{port}/metrics") for port in ports]
@@ -487,6 +508,10 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
                 await h.stdin.drain()
                 far.update(json.loads(await h.stdout.readline()))
             wall = time.time() - t0
+            busy1 = machine_busy()
+            out_machine = {"helpers_cpu": round((sum(proc_cpu_rss(h.pid)[0] for h in helpers) - others0[0]) / wall, 2),
+                           "api_cpu": round((time.process_time() - others0[1]) / wall, 2),
+                           "busy": round((busy1[0] - others0[2][0]) / wall, 2), "cores": os.cpu_count() or 1}
             rows = []
             for r, (p, port) in enumerate(zip(procs, ports)):
                 c1, rss, peak = proc_cpu_rss(p.pid)
@@ -494,6 +519,8 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
                 h1, s1, text = histogram(url, "memoryguard_sample_to_decision_seconds"), cycle_stats(url), scrape(port)
                 window = [(le, c - dict(h0[r]).get(le, 0.0)) for le, c in h1]
                 cycles = s1[1] - s0[r][1]
+                polls, poll_s, poll_err = (b - a for a, b in zip(p0[r], poll_counts(text)))
+                conns = {k: v - k0[r][k] for k, v in connections(text).items()}
                 rows.append({"replica": r, "pods": int(metric_sum(text, "memoryguard_pods_guarded")),
                              "shards": int(metric_sum(text, "memoryguard_shards_owned")),
                              "cpu_share": round((c1 - c0[r]) / wall, 3), "rss_mib": round(rss, 1),
@@ -501,12 +528,14 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
                              "p50_s": quantile(window, 0.5) if window else None,
                              "p99_s": quantile(window, 0.99) if window else None,
                              "cycle_mean_s": round((s1[0] - s0[r][0]) / cycles, 1) if cycles else None,
-                             "metrics_bytes": len(text), "connections": connections(text)})
+                             "metrics_bytes": len(text), "connections": connections(text),
+                             "polls": int(polls), "poll_mean_s": round(poll_s / polls, 3) if polls else None,
+                             "poll_errors": int(poll_err), "window_connections": conns})
             gaps = longest_gaps(range(here), since=t0, end=end)
             gaps.update(far)
             statuses = [(g.get("status") or {}) for g in api.objects("memoryguards", "default")]
             not_written = sum(log.read_text(errors="replace").count("status not written") for log in logs)
-            out = {"pods": n, "guards": guards, "replicas": rows,
+            out = {"pods": n, "guards": guards, "replicas": rows, "machine": out_machine,
                    "guarded": sum((s.get("summary") or {}).get("pods", 0) for s in statuses),
                    "max_gap_s": round(max(gaps.values()), 1),
                    "status_bytes": max(len(json.dumps(s, separators=(",", ":"))) for s in statuses),
@@ -681,6 +710,13 @@ def main() -> int:
               f"p99 {p99} s over {row['decisions']} decisions, cycle {row['cycle_mean_s']} s, /metrics "
               f"{row['metrics_bytes'] / 1024:.0f} KiB, connections to sidecars {row['connections']['opened']:.0f} "
               f"opened and {row['connections']['reused']:.0f} reused since it started", flush=True)
+        wc = row["window_connections"]
+        print(f"    while measuring: {row['polls']} polls, mean {row['poll_mean_s']} s, {row['poll_errors']} "
+              f"failed, {wc['opened']:.0f} connections opened and {wc['reused']:.0f} reused", flush=True)
+    m = r["machine"]
+    print(f"  the machine while measuring: {m['busy']:.2f} of {m['cores']} cores busy; the sidecars' helpers "
+          f"{m['helpers_cpu']:.2f} core, the emulated API (this process) {m['api_cpu']:.2f}, the replicas "
+          f"{sum(row['cpu_share'] for row in r['replicas']):.2f}", flush=True)
     print(f"  per pod: {worst_cpu * 1e6:.1f} micro-core and {worst_mem * 1024:.1f} KiB of RSS (the busiest replica, "
           "its whole RSS over its pods)")
     proj_cpu = worst_cpu * 20000
