@@ -59,7 +59,8 @@ TARGETS = {"cpu_share": 0.6, "rss_mib": 400.0, "p99_s": 1.0, "max_gap_s": 2 * IN
            "status_bytes": 64 * 1024, "takeover_s": 30.0, "projected_cpu": 1.0, "projected_rss_mib": 500.0}
 PODINFO_KIB = 1.0  # what the pod cache keeps of a pod (podinfo.PodInfo, docs/scale.md: under 1 KiB)
 POLLED: dict[str, float] = {}  # pod IP -> when its sidecar was last asked
-GAPS: dict[str, float] = {}  # pod IP -> the longest gap between two asks while measuring
+# Pod IP -> the longest gap between two asks while measuring, and when it ended.
+GAPS: dict[str, tuple[float, float]] = {}
 MEASURING = {"on": False}
 KEEP_ALIVE = {"on": True}  # --no-keep-alive: every ask on a new connection, as before issue 25
 BACKLOG = {"s": 4 * 3600.0}  # history served on a first ask: the policy's trend window (4 h)
@@ -230,8 +231,8 @@ def _answer(head: bytes, ip: str) -> tuple[bytes, bool]:
     sample a minute as a sidecar's ring buffer would hold it (BACKLOG["s"]
     at most): the policy's windows fill to what they hold at steady state."""
     now = time.time()
-    if MEASURING["on"] and ip in POLLED:
-        GAPS[ip] = max(GAPS.get(ip, 0.0), now - POLLED[ip])
+    if MEASURING["on"] and ip in POLLED and now - POLLED[ip] > GAPS.get(ip, (0.0, 0.0))[0]:
+        GAPS[ip] = (now - POLLED[ip], now)
     POLLED[ip] = now
     since = _since(head)
     start = now - BACKLOG["s"] if since is None else max(since, now - BACKLOG["s"])
@@ -290,9 +291,8 @@ def quantile(buckets: list[tuple[float, float]], q: float) -> float | None:
     return None
 
 
-def histogram(url: str, name: str) -> list[tuple[float, float]]:
-    """Cumulative (le, count) buckets, summed over every guard's series."""
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
+def histogram(text: str, name: str) -> list[tuple[float, float]]:
+    """Cumulative (le, count) buckets in a scrape, summed over every guard's series."""
     out: dict[float, float] = {}
     for line in text.splitlines():
         if line.startswith(name + "_bucket"):
@@ -311,10 +311,27 @@ def proc_cpu_rss(pid: int) -> tuple[float, float, float]:
     return cpu, int(status["VmRSS"]) / 1024, int(status["VmHWM"]) / 1024
 
 
-def longest_gaps(pods: range, *, since: float, end: float) -> dict[str, float]:
-    """Pod IP -> the longest gap between two asks while measuring; the gap
-    still open at the end counts (a pod never asked has one since the start)."""
-    return {ip: max(GAPS.get(ip, 0.0), end - POLLED.get(ip, since)) for ip in map(pod_ip, pods)}
+def longest_gaps(pods: range, *, since: float, end: float) -> dict[str, tuple[float, float]]:
+    """Pod IP -> the longest gap between two asks while measuring and when
+    it ended (wall clock); the gap still open at the end counts (a pod never
+    asked has one since the start)."""
+    out = {}
+    for ip in map(pod_ip, pods):
+        gap = GAPS.get(ip, (0.0, 0.0))
+        still = end - POLLED.get(ip, since)
+        out[ip] = (still, end) if still > gap[0] else gap
+    return out
+
+
+def gap_detail(gaps: dict[str, tuple[float, float]], t0: float, each: int, n: int) -> dict[str, Any]:
+    """Where the long gaps were: pods over 1.5 intervals, the guards they
+    belong to, and the worst few (guard, gap, seconds into the window it
+    ended): a whole guard's cycle late, or single pods."""
+    index = {pod_ip(i): i for i in range(n)}
+    long = {ip: g for ip, g in gaps.items() if g[0] > 1.5 * INTERVAL_S}
+    worst = sorted(gaps.items(), key=lambda kv: -kv[1][0])[:5]
+    return {"over_1_5": len(long), "guards": sorted({index[ip] // each for ip in long}),
+            "worst": [(index[ip] // each, round(g, 1), round(at - t0, 1)) for ip, (g, at) in worst]}
 
 
 async def serve_only(lo: int, hi: int) -> None:
@@ -343,10 +360,8 @@ async def serve_only(lo: int, hi: int) -> None:
         sv.close()
 
 
-def cycle_stats(url: str) -> tuple[float, float]:
-    """(sum, count) of the guards' cycle seconds, all guards together, and
-    the upper bound of the highest bucket any cycle fell in."""
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
+def cycle_stats(text: str) -> tuple[float, float]:
+    """(sum, count) of the guards' cycle seconds in a scrape, all guards together."""
     total = count = 0.0
     for line in text.splitlines():
         if line.startswith("memoryguard_guard_cycle_seconds_sum"):
@@ -485,11 +500,12 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
             # the sidecars and this process serving the emulated API share
             # its cores with the replicas.
             others0 = (sum(proc_cpu_rss(h.pid)[0] for h in helpers), time.process_time(), machine_busy())
-            p0 = [poll_counts(scrape(port)) for port in ports]
-            k0 = [connections(scrape(port)) for port in ports]
-            h0 = [histogram(f"http://127.0.0.1:{port}/metrics", "memoryguard_sample_to_decision_seconds")
-                  for port in ports]
-            s0 = [cycle_stats(f"http://127.0.0.1:{port}/metrics") for port in ports]
+            # Scraped off the loop: it serves the emulated API, whose Leases
+            # and status writes the replicas wait on meanwhile.
+            first = [await asyncio.to_thread(scrape, port) for port in ports]
+            p0, k0 = [poll_counts(t) for t in first], [connections(t) for t in first]
+            h0 = [histogram(t, "memoryguard_sample_to_decision_seconds") for t in first]
+            s0 = [cycle_stats(t) for t in first]
             GAPS.clear()
             MEASURING["on"] = True
             for h in helpers:
@@ -501,12 +517,12 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
             await asyncio.sleep(seconds)
             MEASURING["on"] = False
             end = time.time()
-            far: dict[str, float] = {}
+            far: dict[str, tuple[float, float]] = {}
             for h in helpers:
                 assert h.stdin is not None and h.stdout is not None
                 h.stdin.write(b"end\n")
                 await h.stdin.drain()
-                far.update(json.loads(await h.stdout.readline()))
+                far.update({ip: (g, at) for ip, (g, at) in json.loads(await h.stdout.readline()).items()})
             wall = time.time() - t0
             busy1 = machine_busy()
             out_machine = {"helpers_cpu": round((sum(proc_cpu_rss(h.pid)[0] for h in helpers) - others0[0]) / wall, 2),
@@ -515,8 +531,8 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
             rows = []
             for r, (p, port) in enumerate(zip(procs, ports)):
                 c1, rss, peak = proc_cpu_rss(p.pid)
-                url = f"http://127.0.0.1:{port}/metrics"
-                h1, s1, text = histogram(url, "memoryguard_sample_to_decision_seconds"), cycle_stats(url), scrape(port)
+                text = await asyncio.to_thread(scrape, port)
+                h1, s1 = histogram(text, "memoryguard_sample_to_decision_seconds"), cycle_stats(text)
                 window = [(le, c - dict(h0[r]).get(le, 0.0)) for le, c in h1]
                 cycles = s1[1] - s0[r][1]
                 polls, poll_s, poll_err = (b - a for a, b in zip(p0[r], poll_counts(text)))
@@ -537,7 +553,8 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
             not_written = sum(log.read_text(errors="replace").count("status not written") for log in logs)
             out = {"pods": n, "guards": guards, "replicas": rows, "machine": out_machine,
                    "guarded": sum((s.get("summary") or {}).get("pods", 0) for s in statuses),
-                   "max_gap_s": round(max(gaps.values()), 1),
+                   "max_gap_s": round(max(g for g, _ in gaps.values()), 1),
+                   "gaps": gap_detail(gaps, t0, each, n),
                    "status_bytes": max(len(json.dumps(s, separators=(",", ":"))) for s in statuses),
                    "status_missing": sum(1 for s in statuses if "summary" not in s), "not_written": not_written,
                    "refused": sum(1 for s in statuses if any(c.get("reason") == "TooManyGuards"
@@ -606,7 +623,9 @@ async def _takeover(api: EmulatedApi, procs: list[Any], ports: list[int], n: int
         if out["takeover_s"] is None and held and all(h and h != dead for h in held):
             out["takeover_s"] = round(time.monotonic() - killed, 1)
         try:
-            guarded = sum(metric_sum(scrape(port), "memoryguard_pods_guarded") for port in ports[1:])
+            # Off the loop: the emulated API (this loop) serves the takeover meanwhile.
+            guarded = sum([metric_sum(await asyncio.to_thread(scrape, port), "memoryguard_pods_guarded")
+                           for port in ports[1:]])
         except OSError:
             continue
         if guarded >= n - len({name for _ns, name, _t in api.evictions}):
@@ -713,6 +732,9 @@ def main() -> int:
         wc = row["window_connections"]
         print(f"    while measuring: {row['polls']} polls, mean {row['poll_mean_s']} s, {row['poll_errors']} "
               f"failed, {wc['opened']:.0f} connections opened and {wc['reused']:.0f} reused", flush=True)
+    gd = r["gaps"]
+    print(f"  poll gaps over {1.5 * INTERVAL_S:g} s: {gd['over_1_5']} pods, of guards {gd['guards'][:20]}; the "
+          "longest (guard, gap s, ended s into the window): " + ", ".join(map(str, gd["worst"])), flush=True)
     m = r["machine"]
     print(f"  the machine while measuring: {m['busy']:.2f} of {m['cores']} cores busy; the sidecars' helpers "
           f"{m['helpers_cpu']:.2f} core, the emulated API (this process) {m['api_cpu']:.2f}, the replicas "
