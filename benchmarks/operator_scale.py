@@ -62,6 +62,8 @@ POLLED: dict[str, float] = {}  # pod IP -> when its sidecar was last asked
 # Pod IP -> the longest gap between two asks while measuring, and when it ended.
 GAPS: dict[str, tuple[float, float]] = {}
 MEASURING = {"on": False}
+ASKS: dict[str, list[float]] = {}  # --dump-asks: pod IP -> when its sidecar was asked while measuring
+DUMP = {"to": ""}
 KEEP_ALIVE = {"on": True}  # --no-keep-alive: every ask on a new connection, as before issue 25
 BACKLOG = {"s": 4 * 3600.0}  # history served on a first ask: the policy's trend window (4 h)
 # Before the SIGKILL, one pod of each of the first LEAKERS guards turns
@@ -233,6 +235,8 @@ def _answer(head: bytes, ip: str) -> tuple[bytes, bool]:
     now = time.time()
     if MEASURING["on"] and ip in POLLED and now - POLLED[ip] > GAPS.get(ip, (0.0, 0.0))[0]:
         GAPS[ip] = (now - POLLED[ip], now)
+    if MEASURING["on"] and DUMP["to"]:
+        ASKS.setdefault(ip, []).append(now)
     POLLED[ip] = now
     since = _since(head)
     start = now - BACKLOG["s"] if since is None else max(since, now - BACKLOG["s"])
@@ -354,6 +358,8 @@ async def serve_only(lo: int, hi: int) -> None:
             end = time.time()
             gaps = longest_gaps(range(lo, hi), since=t0, end=end)
             print(json.dumps(gaps), flush=True)
+            if DUMP["to"]:
+                Path(f"{DUMP['to']}.{lo}.json").write_text(json.dumps({"t0": t0, "asks": ASKS}))
         elif line.startswith(b"leak "):
             LEAKING.update(line.decode().split()[1:])
     for sv in servers:
@@ -441,7 +447,8 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
     helpers = [await asyncio.create_subprocess_exec(
         sys.executable, __file__, "--serve", str(lo), str(min(n, lo + HERE_MAX)), "--loopback", LOOPBACK["block"],
         "--backlog-h",
-        str(BACKLOG["s"] / 3600), *([] if KEEP_ALIVE["on"] else ["--no-keep-alive"]), stdin=asyncio.subprocess.PIPE,
+        str(BACKLOG["s"] / 3600), *([] if KEEP_ALIVE["on"] else ["--no-keep-alive"]),
+        *(["--dump-asks", DUMP["to"]] if DUMP["to"] else []), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, limit=2**24) for lo in range(here, n, HERE_MAX)]  # a line of 10,000 gaps
     for h in helpers:
         assert h.stdout is not None
@@ -696,10 +703,13 @@ def main() -> int:
     ap.add_argument("--no-kill", action="store_true", help="skip the SIGKILL of a replica at the end")
     ap.add_argument("--serve", type=int, nargs=2, metavar=("LO", "HI"), help=argparse.SUPPRESS)
     ap.add_argument("--loopback", help=argparse.SUPPRESS)  # a helper: the block its parent claimed
+    ap.add_argument("--dump-asks", metavar="PREFIX", default="",
+                    help="write when each pod was asked while measuring to PREFIX.<first pod>.json (per helper)")
     a = ap.parse_args()
     LOOPBACK["block"] = a.loopback or loopback.claim_block()
     BACKLOG["s"] = a.backlog_h * 3600
     KEEP_ALIVE["on"] = not a.no_keep_alive
+    DUMP["to"] = a.dump_asks
     if a.serve:
         asyncio.run(serve_only(*a.serve))
         return 0
