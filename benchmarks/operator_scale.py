@@ -389,6 +389,25 @@ def machine_busy() -> tuple[float, float]:
     return (sum(f) - idle) / os.sysconf("SC_CLK_TCK"), sum(f) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_speed() -> float:
+    """CPU milliseconds a fixed piece of Python takes in a process of its
+    own: the same work costs more on a host whose cores are shared (CPU
+    time here rose by a third for every process between two runs of one
+    commit, the sidecars' helpers too), so runs are compared with it."""
+    code = ("import time\nt=time.process_time()\nd={}\nfor i in range(900000): d[i % 1000] = str(i)\n"
+            "print((time.process_time()-t)/3)")  # a third: the mean of three of 300,000
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return float(out) * 1000
+
+
+def steal_s() -> float:
+    """CPU seconds the hypervisor gave to others (/proc/stat's steal)."""
+    f = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(f[8]) / os.sysconf("SC_CLK_TCK")
+
+
 def poll_counts(text: str) -> tuple[float, float, float]:
     """(polls, their seconds, failed polls) since the replica started."""
     return (metric_sum(text, "memoryguard_sidecar_poll_seconds_count"),
@@ -506,7 +525,8 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
             # The rest of the machine, the same window: the helpers serving
             # the sidecars and this process serving the emulated API share
             # its cores with the replicas.
-            others0 = (sum(proc_cpu_rss(h.pid)[0] for h in helpers), time.process_time(), machine_busy())
+            speed0 = await asyncio.to_thread(machine_speed)
+            others0 = (sum(proc_cpu_rss(h.pid)[0] for h in helpers), time.process_time(), machine_busy(), steal_s())
             # Scraped off the loop: it serves the emulated API, whose Leases
             # and status writes the replicas wait on meanwhile.
             first = [await asyncio.to_thread(scrape, port) for port in ports]
@@ -531,8 +551,10 @@ async def run(n: int, seconds: float, warmup: float, *, replicas: int = 1, shard
                 await h.stdin.drain()
                 far.update({ip: (g, at) for ip, (g, at) in json.loads(await h.stdout.readline()).items()})
             wall = time.time() - t0
-            busy1 = machine_busy()
-            out_machine = {"helpers_cpu": round((sum(proc_cpu_rss(h.pid)[0] for h in helpers) - others0[0]) / wall, 2),
+            busy1, steal1 = machine_busy(), steal_s()
+            speed1 = await asyncio.to_thread(machine_speed)
+            out_machine = {"speed_ms": (round(speed0), round(speed1)), "steal": round((steal1 - others0[3]) / wall, 2),
+                           "helpers_cpu": round((sum(proc_cpu_rss(h.pid)[0] for h in helpers) - others0[0]) / wall, 2),
                            "api_cpu": round((time.process_time() - others0[1]) / wall, 2),
                            "busy": round((busy1[0] - others0[2][0]) / wall, 2), "cores": os.cpu_count() or 1}
             rows = []
@@ -748,7 +770,9 @@ def main() -> int:
     m = r["machine"]
     print(f"  the machine while measuring: {m['busy']:.2f} of {m['cores']} cores busy; the sidecars' helpers "
           f"{m['helpers_cpu']:.2f} core, the emulated API (this process) {m['api_cpu']:.2f}, the replicas "
-          f"{sum(row['cpu_share'] for row in r['replicas']):.2f}", flush=True)
+          f"{sum(row['cpu_share'] for row in r['replicas']):.2f}; stolen by the host {m['steal']:.2f}; a fixed "
+          f"piece of Python took {m['speed_ms'][0]} ms of CPU before, {m['speed_ms'][1]} after (machine_speed)",
+          flush=True)
     print(f"  per pod: {worst_cpu * 1e6:.1f} micro-core and {worst_mem * 1024:.1f} KiB of RSS (the busiest replica, "
           "its whole RSS over its pods)")
     proj_cpu = worst_cpu * 20000
