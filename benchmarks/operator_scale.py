@@ -15,7 +15,11 @@ per wall second, from /proc), its RSS and peak, p50/p99 of the time from a
 sample being served to the decision on it (the operator's own
 ``memoryguard_sample_to_decision_seconds`` histogram, interpolated within
 buckets), the mean guard cycle, the size of /metrics and its connections
-to sidecars opened and reused; then per-pod figures, what they make at
+to sidecars opened and reused, and its polls while measuring (their mean
+time, failures, connections opened); where the poll gaps over 1.5
+intervals were; the machine while measuring (its busy cores, the helpers'
+and the emulated API's CPU, the host's steal, a fixed piece of Python's CPU
+time before and after: the same work costs more on a slower host); then per-pod figures, what they make at
 100,000 pods over 5 replicas, and (unless ``--no-kill``) how long the
 others take to hold its shards (the target) and to guard every pod again
 after one replica is SIGKILLed mid-rotation (a few pods turned critical
