@@ -207,6 +207,10 @@ FIELDS: tuple[Field, ...] = (
           200),
     Field("sidecar.inject", Kind.BOOL, False, "Add the sidecar to the guarded RayClusters' pod templates.",
           problem="must be true or false"),
+    Field("kuberay.allowRecreate", Kind.BOOL, False, "Let MemoryGuard change the pod templates (sidecar, "
+          "remediation) of a RayCluster whose upgradeStrategy is Recreate, where KubeRay then deletes and "
+          "recreates every pod of the cluster, head included, on each change. Off: such a cluster's templates "
+          "are left alone and the guard says so.", problem="must be true or false"),
     Field("sidecar.image", Kind.STRING, None, "Default: the sidecar image the chart was installed with (and only "
           "images of the repositories the installer allows).", pattern=SAFE_IMAGE, max_length=255,
           problem="is not a valid image reference"),

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memoryguard_kuberay.core.trust import Trust
-from memoryguard_kuberay.operator import budgets, patches
+from memoryguard_kuberay.operator import budgets, kuberayrules, patches
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.decided import Say, say
 from memoryguard_kuberay.operator.events import EventReason
@@ -83,17 +83,36 @@ def owner_ref(guard: Mapping[str, Any]) -> dict[str, Any]:
             "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": False}
 
 
+@dataclasses.dataclass(frozen=True)
+class SetUp:
+    says: list[Say]
+    held: dict[str, kuberayrules.Held]  # RayCluster -> why its templates are left alone
+
+
 async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec,
-                 clusters: Sequence[Mapping[str, Any]]) -> list[Say]:
+                 clusters: Sequence[Mapping[str, Any]], native_sidecar: bool = False,
+                 held_before: Sequence[str] = (), dry_run: bool = False) -> SetUp:
     """The sidecar in the pod templates (when injected) and one PDB per
-    guarded worker group (when enabled). Idempotent; returns its Events."""
+    guarded worker group (when enabled). Idempotent. A cluster whose
+    templates KubeRay would not take as a change for new pods alone
+    (kuberayrules.template_hold) is left as it is, said once (a Warning
+    when it is first held: ``held_before`` lists those already said). A
+    dry run changes nothing: it only finds which clusters are held."""
     says: list[Say] = []
-    ours = await our_budgets(kube, namespace, clusters) if spec.pdb.enabled and clusters else {}
+    held: dict[str, kuberayrules.Held] = {}
+    ours = await our_budgets(kube, namespace, clusters) if spec.pdb.enabled and clusters and not dry_run else {}
     for rc in clusters:
         name = rc["metadata"]["name"]
-        if spec.sidecar.inject:
+        hold = kuberayrules.template_hold(rc, allow_recreate=spec.allow_recreate)
+        if hold is not None:
+            held[name] = hold
+            if name not in held_before:
+                says.append(say(EventReason.TEMPLATES_HELD, hold.message, rc))
+        if dry_run:
+            continue
+        if spec.sidecar.inject and hold is None:
             ops = patches.inject_patch(rc, spec.sidecar, groups=spec.selection.worker_groups,
-                                       include_head=spec.policy.include_head)
+                                       include_head=spec.policy.include_head, native=native_sidecar)
             if ops:
                 try:
                     await kube.json_patch_raycluster(namespace, name, ops)
@@ -103,7 +122,7 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
                     says.append(say(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}", rc))
         if spec.pdb.enabled:
             await keep_budgets(kube, namespace=namespace, guard=guard, spec=spec, rc=rc, ours=ours)
-    return says
+    return SetUp(says, held)
 
 
 async def our_budgets(kube: Kube, namespace: str,

@@ -26,6 +26,9 @@ class EventReason(str, enum.Enum):
     SIDECAR_INJECTION_FAILED = "SidecarInjectionFailed"
     SIDECAR_REMOVED = "SidecarRemoved"
     SIDECAR_REMOVAL_FAILED = "SidecarRemovalFailed"
+    # A RayCluster whose templates MemoryGuard leaves alone (kuberayrules.py):
+    # upgradeStrategy Recreate, or owned by a RayService.
+    TEMPLATES_HELD = "TemplateChangesWithheld"
     INVALID_SPEC = "InvalidSpec"
     FORENSICS_KEPT = "ForensicsKept"
     FORENSICS_FAILED = "ForensicsFailed"
@@ -38,4 +41,5 @@ class EventReason(str, enum.Enum):
 WARNINGS = frozenset({EventReason.DRAIN_FAILED, EventReason.EVICTION_REFUSED, EventReason.ROTATION_FAILED,
                       EventReason.REMEDIATION_FAILED, EventReason.REMEDIATION_INEFFECTIVE,
                       EventReason.REMEDIATION_REVERT_FAILED, EventReason.SIDECAR_INJECTION_FAILED,
-                      EventReason.SIDECAR_REMOVAL_FAILED, EventReason.INVALID_SPEC, EventReason.FORENSICS_FAILED})
+                      EventReason.SIDECAR_REMOVAL_FAILED, EventReason.INVALID_SPEC,
+                      EventReason.TEMPLATES_HELD, EventReason.FORENSICS_FAILED})

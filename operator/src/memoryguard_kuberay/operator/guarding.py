@@ -27,7 +27,16 @@ from typing import Any
 
 from memoryguard_kuberay.core.policy import Action, Decision, Reason, RotationHistory, efficacy, urgency
 from memoryguard_kuberay.core.policy.efficacy import Verdict
-from memoryguard_kuberay.operator import cadence, clusters, forensics, guardroster, judging, remediation, rotation
+from memoryguard_kuberay.operator import (
+    cadence,
+    clusters,
+    forensics,
+    guardroster,
+    judging,
+    kuberayrules,
+    remediation,
+    rotation,
+)
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.clock import iso
@@ -174,13 +183,16 @@ class GuardReconciler:
         return NOTHING
 
     async def set_up_clusters(self, run: Run) -> Decided:
-        """The sidecar injected and the budgets kept (never in a dry run)."""
+        """The sidecar injected and the budgets kept (never in a dry run:
+        then only which clusters' templates are held is found and said)."""
         assert run.spec is not None and run.selected is not None
-        if run.spec.policy.dry_run:
-            return NOTHING
-        says = await clusters.set_up(self.ctx.kube, namespace=self.namespace, guard=run.body, spec=run.spec,
-                                     clusters=run.selected.clusters)
-        return Decided(tuple(says))
+        before = self.mem.status.get("templatesHeld") or {}
+        done = await clusters.set_up(self.ctx.kube, namespace=self.namespace, guard=run.body, spec=run.spec,
+                                     clusters=run.selected.clusters, native_sidecar=self.ctx.native_sidecars,
+                                     dry_run=run.spec.policy.dry_run,
+                                     held_before=list(before) if isinstance(before, Mapping) else [])
+        held = {name: {"reason": h.why.value, "message": h.message} for name, h in sorted(done.held.items())}
+        return Decided(tuple(done.says), {"templatesHeld": held} if held != before else {})
 
     async def read_pods(self, run: Run) -> Decided:
         """Their pods, from the namespace's watch (podcache.py); rotations a
@@ -270,7 +282,8 @@ class GuardReconciler:
             slots=(self.ctx.namespace_slots.setdefault(self.namespace, asyncio.Semaphore(POLL_CONCURRENCY)),
                    self.ctx.pod_slots), pool=self.ctx.pod_pool, at_once=POLL_CONCURRENCY)
         judged = await judging.poll_and_judge(found.guarded, self.mem.tracks, how, settings,
-                                              lambda p: self.history_for(p, self.ctx.clock.now(), found.groups))
+                                              lambda p: self.history_for(p, self.ctx.clock.now(), found.groups,
+                                                                           found.by_name.get(p.cluster)))
         wanting = [j for j in judged if any(d.action is Action.ROTATE and not d.dry_run for d in j.decisions)]
         decided = NOTHING
         views: dict[str, st.PodView] = {}
@@ -278,7 +291,8 @@ class GuardReconciler:
             decided += await self.act(found, j.pod, j.track, j.decisions)
             views[j.pod.name] = _view(j)
         for j in sorted(wanting, key=lambda w: urgency(w.track.last_decision)):
-            decisions = judging.judge(settings, j.track, self.history_for(j.pod, self.ctx.clock.now(), found.groups),
+            decisions = judging.judge(settings, j.track, self.history_for(j.pod, self.ctx.clock.now(), found.groups,
+                                                                      found.by_name.get(j.pod.cluster)),
                                       self.ctx.clock.now())
             decided += await self.act(found, j.pod, j.track, decisions)
             views[j.pod.name] = _view(Judged(j.pod, j.track, decisions))
@@ -320,7 +334,7 @@ class GuardReconciler:
                     and cluster in found.by_name:
                 o.reverted, said, patched = await remediation.revert(
                     self.ctx.kube, namespace=self.namespace, rc=found.by_name[cluster], cluster=cluster,
-                    group=group, kind=kind, env=o.env, why=o.review.message)
+                    group=group, kind=kind, env=o.env, why=o.review.message, allow_recreate=spec.allow_recreate)
                 if patched is not None:  # the rest of the cycle patches from what the server now has
                     found.by_name[cluster] = patched
                 decided += Decided(() if said is None else (said,), {"remediations": reviews.to_status()})
@@ -333,7 +347,8 @@ class GuardReconciler:
         status = st.build(generation=run.generation, clusters=[c["metadata"]["name"] for c in run.selected.clusters],
                           pods=run.views, spec_error=None, missing_clusters=run.selected.missing,
                           contested=run.selected.contested, rotations=self.mem.ledger.to_status(),
-                          last_action=None, now_iso=iso(run.now), previous=self.mem.status)
+                          last_action=None, now_iso=iso(run.now), previous=self.mem.status,
+                          held=self.mem.status.get("templatesHeld") or {})
         status["templates"] = st.templates(run.views)
         deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
         self.ctx.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)
@@ -407,7 +422,9 @@ class GuardReconciler:
                                        "remediations": self.mem.reviews.to_status()})
         return Decided(done.says, {"remembered": self.mem.remembered.to_status()})
 
-    def history_for(self, p: pi.PodInfo, now: float, groups: Groups) -> RotationHistory:
+    def history_for(self, p: pi.PodInfo, now: float, groups: Groups,
+                    rc: Mapping[str, Any] | None = None) -> RotationHistory:
+        """``rc``: the pod's RayCluster (its numOfHosts), where the caller has it."""
         ledger = self.mem.ledger
         in_group = ledger.rotating_in(p.cluster, p.group)
         group_starts = ledger.starts(group=(p.cluster, p.group))
@@ -418,7 +435,8 @@ class GuardReconciler:
             group_short=groups.short(p.cluster, p.group, rotating=in_group, inflight=ledger.inflight),
             group_last_rotation_s=max(group_starts) if group_starts else None,
             guard_rotations_last_hour=ledger.rotations_last_hour(now),
-            remediation_advised=(p.cluster, p.group) in self.mem.remembered.advised, user_requested=p.user_requested)
+            remediation_advised=(p.cluster, p.group) in self.mem.remembered.advised, user_requested=p.user_requested,
+            hosts_per_replica=kuberayrules.hosts_per_replica(rc, p.group) if p.replica else 1)
 
     # -- the status ----------------------------------------------------------------------
     def status_without_pods(self, run: Run, *, spec_error: str | None = None,

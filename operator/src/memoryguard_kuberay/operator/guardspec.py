@@ -112,6 +112,9 @@ class GuardSpec:
     eviction_timeout_s: float = 600.0
     forensics: Forensics = Forensics()
     review: ReviewSpec = ReviewSpec()
+    # kuberay.allowRecreate: template changes on an upgradeStrategy Recreate
+    # cluster (each one recreates the whole cluster: kuberayrules.py).
+    allow_recreate: bool = False
 
 
 def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFAULT_SIDECAR_IMAGE,
@@ -164,4 +167,4 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
                         revert_ineffective=v["remediation.review.revert"] == "ineffective")
     return GuardSpec(selection, policy, sampling, jemalloc, spilling, sidecar, pdb,
                      float(v["rotation.replacementTimeoutSeconds"]), float(v["rotation.evictionTimeoutSeconds"]),
-                     forensics, review)
+                     forensics, review, bool(v["kuberay.allowRecreate"]))

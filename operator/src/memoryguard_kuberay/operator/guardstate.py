@@ -64,6 +64,10 @@ class OperatorContext:
     sidecar_image: str = DEFAULT_SIDECAR_IMAGE
     trust: Trust | None = None  # the installer's limits on guards (trust.py)
     ray_forensics: bool = True  # Ray's GCS is reachable (MEMORYGUARD_DRAIN): list objects by call site
+    # The server runs native sidecars (1.29+, read once at startup): the
+    # sidecar is injected as one, so a pod with restartPolicy Never (Ray's
+    # autoscaler v2) restarts it (kuberayrules.py).
+    native_sidecars: bool = False
     roster: guardroster.GuardRoster = dataclasses.field(default=None)  # type: ignore[assignment]
     # Which guards this replica acts on (all, or its shards' on Leases).
     shards: AllShards | ShardKeeper = dataclasses.field(default_factory=AllShards)

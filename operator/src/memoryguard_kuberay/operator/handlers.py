@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from memoryguard_kuberay.operator import config, crd, finalizer, guarding, guardstate
+from memoryguard_kuberay.operator import config, crd, finalizer, guarding, guardstate, kuberayrules
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.drain import NoDrainer, RayGcsDrainer
 from memoryguard_kuberay.operator.eventqueue import EventPoster
@@ -66,7 +66,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.ctx = guardstate.OperatorContext(
         kube=kube, events=events, drainer=drainer, pods=PodCaches(kube, watch_timeout_s=cfg.watch_timeout_s),
         clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics, sidecar_image=cfg.sidecar_image, trust=cfg.trust,
-        ray_forensics=cfg.drain, roster=GuardRoster(kube, limit=cfg.max_guards_per_namespace), shards=shards)
+        ray_forensics=cfg.drain, roster=GuardRoster(kube, limit=cfg.max_guards_per_namespace), shards=shards,
+        native_sidecars=kuberayrules.native_sidecars(await kube.server_minor()))
     pool = memo.ctx.pod_pool
     metrics.count_connections(lambda: (pool.opened, pool.reused))
 

@@ -273,6 +273,18 @@ class Kube:
     async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
         return dict(await self.request("GET", _path(RAYCLUSTERS, namespace, name)))
 
+    async def server_minor(self) -> int | None:
+        """The server's minor version (``GET /version``), None when it does
+        not say (a failure here costs only the native sidecar: see
+        kuberayrules.native_sidecars)."""
+        try:
+            doc = await self.request("GET", "/version")
+        except ApiError:
+            return None
+        raw = str(doc.get("minor", "")) if isinstance(doc, dict) else ""
+        digits = raw[:4].rstrip("+")
+        return int(digits) if digits.isdigit() else None
+
     # -- writes -------------------------------------------------------------
     async def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         await self.request("PATCH", pod_path(namespace, name), json={"metadata": {"annotations": dict(annotations)}},
@@ -287,13 +299,16 @@ class Kube:
                                  content_type="application/json-patch+json")
         return doc if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) else None
 
-    async def evict(self, namespace: str, name: str) -> tuple[EvictionAnswer, str]:
+    async def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> tuple[EvictionAnswer, str]:
         """Ask for an eviction: evicted, already gone (404), or refused for
         now (429: a PodDisruptionBudget or rate limiting; 500: the server
         could not judge the budgets) with the server's words, which name
-        the budget. Other errors raise."""
+        the budget. Other errors raise. ``dry_run``: the server judges it
+        and keeps the pod (``deleteOptions.dryRun: [All]``)."""
         body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
                                 "metadata": {"name": name, "namespace": namespace}}
+        if dry_run:
+            body["deleteOptions"] = {"dryRun": ["All"]}
         try:
             await self.request("POST", pod_path(namespace, name, "eviction"), json=body)
         except (NotFound, TooManyRequests, ServerError) as e:

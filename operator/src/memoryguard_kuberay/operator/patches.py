@@ -257,20 +257,46 @@ def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: 
     }
 
 
+def _shm_volume(ray: Mapping[str, Any]) -> dict[str, Any]:
+    """The /dev/shm volume both containers share, sized as KubeRay sizes its
+    own ``shared-mem`` (which it adds only where nothing is mounted there):
+    at the Ray container's memory limit, so a full store cannot take more
+    of the node's memory than the Ray container may."""
+    empty: dict[str, Any] = {"medium": "Memory"}
+    limit = ((ray.get("resources") or {}).get("limits") or {}).get("memory")
+    if isinstance(limit, str | int) and not isinstance(limit, bool) and str(limit):
+        empty["sizeLimit"] = limit
+    return {"name": SHM_VOLUME, "emptyDir": empty}
+
+
+def _has_sidecar(spec: Mapping[str, Any]) -> bool:
+    return any(c.get("name") == SIDECAR_NAME for key in ("containers", "initContainers")
+               for c in spec.get(key) or [] if isinstance(c, Mapping))
+
+
 def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence[str] = (),
-                 include_head: bool = False) -> list[Op]:
+                 include_head: bool = False, native: bool = False) -> list[Op]:
     """Ops adding the sidecar to every worker template (or the named worker
     groups), and to the head's when the guard guards the head, that lacks
-    it. Idempotent: a template that has it is left alone. (A head no guard
-    polls gets no sidecar: it would cost a container and, with hostNetwork,
-    take the port the workers' sidecars need on that host.)"""
+    it. Idempotent: a template that has it (as a container or a native
+    sidecar) is left alone. (A head no guard polls gets no sidecar: it would
+    cost a container and, with hostNetwork, take the port the workers'
+    sidecars need on that host.)
+
+    ``native``: the server runs native sidecars (1.29+): the sidecar goes
+    at the end of ``initContainers`` with ``restartPolicy: Always``, so it
+    is restarted even in a pod whose policy is Never (Ray's autoscaler v2
+    sets that), starts before KubeRay's ``wait-gcs-ready`` (which KubeRay
+    appends after the template's init containers) and never holds the pod
+    from ending. Otherwise it is appended to ``containers`` after the Ray
+    container (KubeRay keeps container 0 as the Ray container)."""
     ops: list[Op] = []
     for group, tpath, tpl in templates(rc, include_head=include_head):
         if groups and group not in groups and group != "headgroup":
             continue
         spec = tpl.get("spec") or {}
         containers = list(spec.get("containers") or [])
-        if not containers or any(c.get("name") == SIDECAR_NAME for c in containers):
+        if not containers or _has_sidecar(spec):
             continue
         ray = containers[RAY_CONTAINER]
         shm = next((m["name"] for m in ray.get("volumeMounts") or [] if m.get("mountPath") == "/dev/shm"), None)
@@ -280,14 +306,20 @@ def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence
             # KubeRay adds its own /dev/shm volume only when the Ray container has
             # none, so mounting ours there gives both containers the same one.
             shm = SHM_VOLUME
-            volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
+            volumes.append(_shm_volume(ray))
             mount = {"name": SHM_VOLUME, "mountPath": "/dev/shm"}
             rpath = f"{tpath}/spec/containers/{RAY_CONTAINER}/volumeMounts"
             ops.append({"op": "add", "path": rpath + ("/-" if ray.get("volumeMounts") else ""),
                         "value": mount if ray.get("volumeMounts") else [mount]})
         ops.append({"op": "test", "path": f"{tpath}/spec/containers/{RAY_CONTAINER}/name", "value": ray.get("name")})
-        ops.append({"op": "add", "path": f"{tpath}/spec/containers/-",
-                    "value": sidecar_container(s, str(ray.get("name", "ray")), shm, ray_identity(spec, ray))})
+        sidecar = sidecar_container(s, str(ray.get("name", "ray")), shm, ray_identity(spec, ray))
+        if native:
+            sidecar["restartPolicy"] = "Always"
+            ops.append({"op": "add", "path": f"{tpath}/spec/initContainers" + ("/-" if spec.get("initContainers")
+                                                                              else ""),
+                        "value": sidecar if spec.get("initContainers") else [sidecar]})
+        else:
+            ops.append({"op": "add", "path": f"{tpath}/spec/containers/-", "value": sidecar})
         if spec.get("volumes"):
             ops.extend({"op": "add", "path": f"{tpath}/spec/volumes/-", "value": v} for v in volumes)
         else:
@@ -321,6 +353,11 @@ def uninject_patch(rc: Mapping[str, Any]) -> list[Op]:
             if containers[i].get("name") == SIDECAR_NAME:
                 ops.append({"op": "test", "path": f"{tpath}/spec/containers/{i}/name", "value": SIDECAR_NAME})
                 ops.append({"op": "remove", "path": f"{tpath}/spec/containers/{i}"})
+        inits = [c for c in spec.get("initContainers") or [] if isinstance(c, Mapping)]
+        if any(c.get("name") == SIDECAR_NAME for c in inits):  # the native sidecar
+            ops += [{"op": "test", "path": f"{tpath}/spec/initContainers/{i}/name", "value": SIDECAR_NAME}
+                    for i, c in enumerate(inits) if c.get("name") == SIDECAR_NAME]
+            ops += _remove_items(f"{tpath}/spec/initContainers", inits, {SIDECAR_NAME})
         if containers:
             ops += _remove_items(f"{tpath}/spec/containers/{RAY_CONTAINER}/volumeMounts",
                                  containers[RAY_CONTAINER].get("volumeMounts") or [], {SHM_VOLUME})

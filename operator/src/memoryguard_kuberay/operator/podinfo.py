@@ -28,6 +28,8 @@ LABEL_NODE_TYPE = "ray.io/node-type"
 LABEL_GROUP = "ray.io/group"
 HEAD_GROUP = "headgroup"  # KubeRay labels the head pod with this group name
 LABEL_IS_RAY_NODE = "ray.io/is-ray-node"
+LABEL_REPLICA_NAME = "ray.io/worker-group-replica-name"  # KubeRay v1.6+: the hosts of a multi-host replica
+MAX_LABEL = 63  # a label value's longest valid length
 SIDECAR_NAME = "memoryguard-sidecar"  # the container the operator injects
 # The env a remediation sets, read off a pod's Ray container: which pods run
 # the remediated template (the review compares them with those before).
@@ -62,6 +64,10 @@ class PodInfo:
     # of one template revision share it, so their creep can be compared.
     remedy_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     template: str = ""
+    # The multi-host replica it is a host of (KubeRay's
+    # ray.io/worker-group-replica-name, numOfHosts > 1); "" for a pod that
+    # is its own replica. The hosts of one replica go together.
+    replica: str = ""
 
     @property
     def rotation_phase(self) -> str | None:
@@ -106,6 +112,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         annotations={str(k): v[:MAX_ANNOTATION] for k, v in ann.items()
                      if isinstance(v, str) and str(k).startswith(ANN_PREFIX)} or NOTHING,
         injected_sidecar=any(_obj(c).get("name") == SIDECAR_NAME for c in _containers(pod)),
+        replica=_shared(str(labels.get(LABEL_REPLICA_NAME, ""))[:MAX_LABEL]),
         **_ray_container(pod),
     )
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memoryguard_kuberay.core.policy import Decision
-from memoryguard_kuberay.operator import patches
+from memoryguard_kuberay.operator import kuberayrules, patches
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.decided import Say, say
 from memoryguard_kuberay.operator.events import EventReason
@@ -50,9 +50,13 @@ async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[
     what = ", ".join(f"{k}={v}" for k, v in env.items())
     why = f"{pod.name}: {decision.reason.value}: {decision.message}"
     where = f"group {pod.group} of {pod.cluster}"
-    if mode == Mode.RECOMMEND or spec.policy.dry_run:
-        return Remedied(str(mode.value), (say(EventReason.REMEDIATION_RECOMMENDED, f"{where}: set {what} ({why})",
-                                              rc),))
+    hold = kuberayrules.template_hold(rc, allow_recreate=spec.allow_recreate)
+    if mode == Mode.RECOMMEND or spec.policy.dry_run or hold is not None:
+        # A held cluster gets the advice, never the patch: on it a template
+        # change would recreate the whole cluster, or not last.
+        held = f"; not applied: {hold.message}" if hold is not None and mode == Mode.AUTO else ""
+        return Remedied(str(Mode.RECOMMEND.value if held else mode.value), (say(
+            EventReason.REMEDIATION_RECOMMENDED, f"{where}: set {what} ({why}){held}", rc),))
     ops = patches.remediation_patch(rc, pod.group, env, record=f"{decision.reason.value} on {pod.name}")
     if not ops:
         return Remedied("")
@@ -65,11 +69,17 @@ async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[
 
 
 async def revert(kube: Kube, *, namespace: str, rc: Mapping[str, Any], cluster: str, group: str, kind: str,
-                 env: Mapping[str, str], why: str) -> tuple[str, Say | None, Mapping[str, Any] | None]:
+                 env: Mapping[str, str], why: str,
+                 allow_recreate: bool = False) -> tuple[str, Say | None, Mapping[str, Any] | None]:
     """Undo a remediation judged ineffective (patches.revert_patch): what
     was done, in words ("" when the API refused it for now: tried again next
-    cycle, no Event), its Event, and the RayCluster as the patch left it."""
+    cycle, no Event), its Event, and the RayCluster as the patch left it.
+    A held cluster (kuberayrules.py) is not touched: the revert is said, not done."""
     where = f"{kind} on group {group} of {cluster}"
+    hold = kuberayrules.template_hold(rc, allow_recreate=allow_recreate)
+    if hold is not None:
+        return (f"not reverted: {hold.message}",
+                say(EventReason.REMEDIATION_REVERT_FAILED, f"{where}: not reverted: {hold.message}", rc), None)
     ops = patches.revert_patch(rc, group, env)
     if isinstance(ops, str):
         return f"not reverted: {ops}", say(EventReason.REMEDIATION_REVERT_FAILED, f"{where}: {ops}", rc), None

@@ -54,6 +54,30 @@ async def give_up_eviction(rot: InFlight, pod: pi.PodInfo, *, kube: Kube, now: f
     return Outcome(OutcomeKind.FAILED, message, eviction_timed_out=True)
 
 
+def replica_hosts(pod: pi.PodInfo, pods: Sequence[pi.PodInfo]) -> list[pi.PodInfo]:
+    """The pod first, then the other hosts of its multi-host replica that
+    are not going already (just the pod when it is its own replica)."""
+    if not pod.replica:
+        return [pod]
+    return [pod, *sorted((p for p in pods if p.uid != pod.uid and p.replica == pod.replica
+                          and p.cluster == pod.cluster and p.group == pod.group and not p.terminating),
+                         key=lambda p: p.name)]
+
+
+async def _evict_hosts(kube: Kube, hosts: Sequence[pi.PodInfo]) -> str:
+    """The rest of a replica, each through the Eviction API (KubeRay would
+    delete them anyway, with no budget asked, once the first is gone)."""
+    said = []
+    for host in hosts:
+        try:
+            answer, message = await kube.evict(host.namespace, host.name)
+        except ApiError as e:
+            answer, message = EvictionAnswer.REFUSED, str(e)
+        said.append(f"{host.name} " + ("evicted" if answer is not EvictionAnswer.REFUSED
+                                       else f"not evicted ({message[:200]}); KubeRay deletes it"))
+    return ", ".join(said)
+
+
 async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence[pi.PodInfo], gcs_address: str | None,
                   drain_timeout_s: float, replacement_timeout_s: float, eviction_timeout_s: float,
                   now: float) -> Outcome:
@@ -97,8 +121,18 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
         if rot.last_attempt is not None and rot.refused and now - rot.last_attempt < backoff_s(rot.refused):
             return Outcome()
         rot.last_attempt = now
+        hosts = replica_hosts(pod, pods)
         try:
-            answer, message = await kube.evict(pod.namespace, pod.name)
+            answer, message = EvictionAnswer.EVICTED, ""
+            for host in hosts if len(hosts) > 1 else ():
+                # A multi-host replica goes whole or not at all: every host's
+                # eviction judged first, so a budget that refuses one stops all.
+                answer, message = await kube.evict(host.namespace, host.name, dry_run=True)
+                if answer is EvictionAnswer.REFUSED:
+                    message = f"{host.name} (a host of the same replica): {message}"
+                    break
+            if answer is not EvictionAnswer.REFUSED:
+                answer, message = await kube.evict(pod.namespace, pod.name)
         except ApiError as e:
             # 5xx and timeouts: try again next cycle; never fall back to a delete.
             rot.refused += 1
@@ -106,7 +140,9 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
             return Outcome(message=f"eviction of {rot.pod} failed: {e}")
         if answer is not EvictionAnswer.REFUSED:
             gone()
-            return Outcome(says=told(EventReason.EVICTED, f"{rot.pod} evicted ({rot.reason})"))
+            others = await _evict_hosts(kube, hosts[1:])
+            also = f"; with the other hosts of its replica: {others}" if others else ""
+            return Outcome(says=told(EventReason.EVICTED, f"{rot.pod} evicted ({rot.reason}){also}"))
         rot.refused += 1
         rot.last_refusal = message[:512]
         if rot.refused == 1 or rot.refused % 10 == 0:

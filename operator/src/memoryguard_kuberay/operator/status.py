@@ -141,9 +141,12 @@ def bounded(status: dict[str, Any], pods: Sequence[PodView]) -> dict[str, Any]:
 def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[PodView], spec_error: str | None,
           missing_clusters: Sequence[str], rotations: Mapping[str, Any], last_action: str | None, now_iso: str,
           previous: Mapping[str, Any], contested: Mapping[str, str] | None = None,
-          last_action_brief: str | None = None, refused: str | None = None) -> dict[str, Any]:
+          last_action_brief: str | None = None, refused: str | None = None,
+          held: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The status, computed once from what the cycle found and did.
-    ``refused``: why the operator will not serve this guard at all."""
+    ``refused``: why the operator will not serve this guard at all.
+    ``held``: RayClusters whose templates are left alone, with why
+    ({"reason", "message"}: kuberayrules.py), as the status keeps them."""
     prev_conds = previous.get("conditions") or []
     unreachable = sorted(p.name for p in pods if p.sidecar_error)
     blind = sorted(p.name for p in pods if p.blind and not p.sidecar_error)
@@ -187,6 +190,7 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
                       "AllReporting" if pods else "NoPods",
                       f"{len(pods) - len(unreachable) - len(blind)} of {len(pods)} guarded pod(s) report memory",
                       now_iso, prev_conds),
+            _templates_condition(held or {}, now_iso, prev_conds),
         ],
         "summary": {"clusters": len(clusters), "pods": len(pods), "atRisk": at_risk,
                     "sidecarUnreachable": len(unreachable), "noMemorySource": len(blind),
@@ -196,3 +200,20 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
         "lastActionBrief": (last_action_brief or previous.get("lastActionBrief") or "")[:BRIEF_MAX] or None,
     }
     return bounded(status, pods)
+
+
+def _templates_condition(held: Mapping[str, Any], now_iso: str,
+                         previous: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """False when MemoryGuard leaves some guarded RayCluster's pod templates
+    alone (no sidecar injected, no remediation applied): upgradeStrategy
+    Recreate (a change would recreate the whole cluster) or a RayService's
+    cluster (a change would not last). Reason: the first such cluster's.
+    (Read back from the status: a value of the wrong shape reads as held,
+    for a reason not known.)"""
+    if not held:
+        return condition("TemplatesWritable", True, "Writable", "MemoryGuard may change the guarded clusters' pod "
+                         "templates (new pods get the change)", now_iso, previous)
+    why = [h if isinstance(h, Mapping) else {} for _, h in sorted(held.items())]
+    reason = str(why[0].get("reason") or "Held")
+    message = "; ".join(str(h.get("message") or "held") for h in why)
+    return condition("TemplatesWritable", False, reason, message, now_iso, previous)

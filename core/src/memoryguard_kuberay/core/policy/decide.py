@@ -96,6 +96,12 @@ def _gate(settings: PolicySettings, history: RotationHistory, now_s: float) -> s
         return "rotation is disabled for this guard"
     if history.is_head and not settings.include_head:
         return "this is the head pod and the guard does not include the head"
+    hosts = history.hosts_per_replica
+    if hosts > 1 and history.group_in_flight + history.group_short + hosts > settings.max_unavailable:
+        return (f"a multi-host replica goes as one unit of {hosts} pods (KubeRay deletes its other hosts once one "
+                f"is gone), and the group may lose at most {settings.max_unavailable} (maxUnavailable)"
+                + (f", {history.group_short} short" if history.group_short else "")
+                + (f", {history.group_in_flight} rotating" if history.group_in_flight else ""))
     if history.group_in_flight >= settings.max_unavailable:
         return (f"{history.group_in_flight} pod(s) of the group already rotating "
                 f"(maxUnavailable {settings.max_unavailable})")

@@ -91,3 +91,6 @@ class RotationHistory:
     guard_rotations_last_hour: int = 0
     remediation_advised: bool = False  # a plateau was already reported
     user_requested: bool = False  # memoryguard.io/rotate=now
+    # Pods that go with this one: the hosts of its multi-host replica
+    # (KubeRay deletes a replica's other hosts once one is gone), 1 alone.
+    hosts_per_replica: int = 1

@@ -188,6 +188,14 @@ class EmulatedApi(kmock.KubernetesScaffold):
         if key in self.store:
             self._delete(k, key, graceful=False)
 
+    def delete_gracefully(self, plural: str, namespace: str, name: str) -> None:
+        """A plain delete, as a controller asks it: a bound pod is marked
+        (Terminating) and removed once the kubelet has stopped it."""
+        k = self.kind_of(plural)
+        key = (k.group, plural, namespace, name)
+        if key in self.store:
+            self._delete(k, key)
+
     @staticmethod
     def _admit(k: Kind, obj: dict[str, Any], pruned: list[str] | None, strict: bool) -> dict[str, Any]:
         """Schema, pruning, defaults and CEL, as a real server runs them on

@@ -8,17 +8,26 @@ is its group's template at creation (so an injected sidecar or remediation
 env reaches only pods created after the patch, as with KubeRay); each pod
 gets its own loopback IP, a node (``spec.nodeName``) and a real process
 started by ``start_pod`` (a sidecar replaying a trace); it turns Running and
-Ready when that process answers. As KubeRay's ``reconcilePods`` does, only
-pods that are Running or Pending and not being deleted count toward a
-group's ``replicas`` (``isPodRunningOrPendingAndNotDeleting``), so a
-Terminating pod is replaced at once (after ``replace_delay_s``; never, with
-None). As a kubelet does, a pod marked for deletion (``deletionTimestamp``)
-has its process ended by PID and is removed from the API once the process
-has exited, or when its grace period is over.
+Ready when that process answers. As the released KubeRay's
+``reconcilePods`` does (v1.5.1 and v1.7.0, seen on the real one: the
+contract rows of tests/realk8s/test_kuberay.py run against both), every
+listed pod of a group counts toward its ``replicas``, a Terminating one
+included, so an evicted worker is replaced only once its pod object is
+gone (then after ``replace_delay_s``; never, with None); a Failed pod is
+deleted, then replaced. As a kubelet does, a pod marked for deletion
+(``deletionTimestamp``) has its process ended by PID and is removed from
+the API once the process has exited, or when its grace period is over.
 
-NOT modelled: Ray itself (no raylet, no GCS: drains report "no GCS"),
-``workersToDelete``, autoscaling, suspend, upgrade strategies, the head
-service, init containers, restart policies, and resource scheduling.
+Also as the released KubeRay: ``replicas`` held within [minReplicas,
+maxReplicas] and times ``numOfHosts``; ``upgradeStrategy: Recreate``
+deletes every pod of the cluster, head included, when the spec changes
+other than in replicas, min/max or workersToDelete.
+
+NOT modelled (the real KubeRay's rows only): Ray itself (no raylet, no
+GCS: drains report "no GCS"), ``workersToDelete``, a multi-host replica's
+other hosts deleted when one goes, RayService ownership, autoscaling and
+its pod settings, the head service, init containers, restart policies,
+and resource scheduling.
 """
 
 from __future__ import annotations
@@ -27,7 +36,9 @@ import asyncio
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import itertools
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -68,6 +79,27 @@ def pod_from_template(rc: dict[str, Any], group: str, kind: str, template: dict[
         "spec": copy.deepcopy(template.get("spec") or {})}
 
 
+def desired_pods(group: dict[str, Any]) -> int:
+    """A worker group's pods: ``replicas`` held within [minReplicas,
+    maxReplicas], times ``numOfHosts``; 0 when suspended."""
+    lo = int(group.get("minReplicas") or 0)
+    hi = int(group["maxReplicas"]) if group.get("maxReplicas") is not None else 2**31 - 1
+    replicas = lo if group.get("replicas") is None else int(group["replicas"])
+    replicas = hi if lo > hi else min(max(replicas, lo), hi)
+    return 0 if group.get("suspend") is True else replicas * max(1, int(group.get("numOfHosts") or 1))
+
+
+def recreate_hash(spec: dict[str, Any]) -> str:
+    """KubeRay's Recreate hash: the whole spec but each group's replicas,
+    minReplicas, maxReplicas and workersToDelete."""
+    s = copy.deepcopy(spec)
+    for g in s.get("workerGroupSpecs") or []:
+        for k in ("replicas", "minReplicas", "maxReplicas"):
+            g.pop(k, None)
+        (g.get("scaleStrategy") or {}).pop("workersToDelete", None)
+    return hashlib.sha256(json.dumps(s, sort_keys=True).encode()).hexdigest()
+
+
 @dataclasses.dataclass
 class KubeRayStandIn:
     api: EmulatedApi
@@ -83,6 +115,8 @@ class KubeRayStandIn:
     tasks: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
     terminating: set[str] = dataclasses.field(default_factory=set)  # pod uids the kubelet is stopping
     node_name: str = "emulated-node-1"
+    spec_hashes: dict[str, str] = dataclasses.field(default_factory=dict)  # RayCluster uid -> its Recreate hash
+    recreated: list[str] = dataclasses.field(default_factory=list)  # RayClusters recreated whole, in order
 
     def ip(self) -> str:
         """A distinct loopback address per pod: 127.X.0.2, 127.X.0.3, ..."""
@@ -113,15 +147,22 @@ class KubeRayStandIn:
             if p["metadata"].get("deletionTimestamp") and p["metadata"]["uid"] not in self.terminating:
                 self.terminating.add(p["metadata"]["uid"])
                 self._spawn(self._terminate(p))
-        pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")
-                and (p.get("status") or {}).get("phase") in ("Running", "Pending")]
+        for p in pods:
+            if (p.get("status") or {}).get("phase") in ("Failed", "Succeeded") \
+                    and not p["metadata"].get("deletionTimestamp"):
+                # KubeRay deletes a pod that ended; its containers are gone, so
+                # the kubelet removes it at once. Replaced on a later pass.
+                self.api.remove("pods", self.namespace, p["metadata"]["name"])
+        pods = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")]
         for rc in self.api.objects("rayclusters", self.namespace):
             name = rc["metadata"]["name"]
             mine = [p for p in pods if p["metadata"].get("labels", {}).get("ray.io/cluster") == name]
             spec = rc.get("spec") or {}
+            if self._recreating(rc, mine):
+                continue
             wanted = [("headgroup", "head", 1, (spec.get("headGroupSpec") or {}).get("template") or {})]
             for g in spec.get("workerGroupSpecs") or []:
-                wanted.append((g.get("groupName"), "worker", int(g.get("replicas", 1)), g.get("template") or {}))
+                wanted.append((g.get("groupName"), "worker", desired_pods(g), g.get("template") or {}))
             for group, kind, replicas, template in wanted:
                 have = [p for p in mine if p["metadata"]["labels"].get("ray.io/group") == group]
                 missing = replicas - len(have)
@@ -131,6 +172,23 @@ class KubeRayStandIn:
                     for _ in range(missing):
                         self._spawn(self._create(rc, group, kind, template, delay))
                         self.seen_groups.add((name, group))
+
+    def _recreating(self, rc: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+        """``upgradeStrategy: Recreate``: a spec that changed other than in
+        replicas, min/max or workersToDelete has every pod of the cluster,
+        the head included, deleted (then made afresh from the new spec)."""
+        spec = rc.get("spec") or {}
+        if ((spec.get("upgradeStrategy") or {}).get("type")) != "Recreate":
+            return False
+        uid, now = rc["metadata"]["uid"], recreate_hash(spec)
+        before = self.spec_hashes.setdefault(uid, now)
+        if before == now:
+            return False
+        self.spec_hashes[uid] = now
+        for p in pods:
+            self.api.delete_gracefully("pods", self.namespace, p["metadata"]["name"])
+        self.recreated.append(rc["metadata"]["name"])
+        return True
 
     async def _terminate(self, pod: dict[str, Any]) -> None:
         """The kubelet's part: stop the containers, then remove the pod."""
