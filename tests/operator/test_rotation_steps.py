@@ -28,7 +28,7 @@ class Api:
         self.calls.append("annotate:" + ",".join(f"{k.split('/')[-1]}={v}" for k, v in sorted(ann.items())
                                                   if k == pi.ANN_PHASE or v is None))
 
-    async def evict(self, namespace: str, name: str) -> tuple[EvictionAnswer, str]:
+    async def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> tuple[EvictionAnswer, str]:
         self.calls.append("evict")
         if isinstance(self.answer, Exception):
             raise self.answer
@@ -84,8 +84,19 @@ ROWS = [
     ("replacing: a peer that was there before is no replacement",
      _rot(Phase.REPLACING, evicted_at=NOW - 30, peers=("u1", "u2")), [NEW], None, Phase.REPLACING,
      OutcomeKind.GOING_ON, [], []),
-    ("replacing: none in time", _rot(Phase.REPLACING, evicted_at=NOW - 4000, peers=("u1",)), [], None,
-     Phase.REPLACING, OutcomeKind.FAILED, [], []),
+    # KubeRay replaces a pod only once it is gone (issue 38): the wait for the
+    # replacement counts from then; the pod's own end has a wait of its own.
+    ("replacing: the evicted pod still Terminating, in its time", _rot(Phase.REPLACING, evicted_at=NOW - 30,
+                                                                        peers=("u1",)),
+     [_pod("w-1", "u1", terminating=True)], None, Phase.REPLACING, OutcomeKind.GOING_ON, [], []),
+    ("replacing: the evicted pod still Terminating past the timeout", _rot(Phase.REPLACING, evicted_at=NOW - 700,
+                                                                           peers=("u1",)),
+     [_pod("w-1", "u1", terminating=True)], None, Phase.REPLACING, OutcomeKind.FAILED, [], []),
+    ("replacing: gone long after its eviction, the replacement's wait starts now",
+     _rot(Phase.REPLACING, evicted_at=NOW - 4000, peers=("u1",)), [], None, Phase.REPLACING, OutcomeKind.GOING_ON,
+     [], []),
+    ("replacing: none in time", _rot(Phase.REPLACING, evicted_at=NOW - 4000, gone_at=NOW - 700, peers=("u1",)), [],
+     None, Phase.REPLACING, OutcomeKind.FAILED, [], []),
 ]
 
 

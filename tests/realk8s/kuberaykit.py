@@ -157,7 +157,8 @@ class Kubelet:
                 n = next(self._ips)
                 self.ips[uid] = f"{self.block}.{n // 250}.{n % 250 + 2}"
             ready = self.start(p, self.ips[uid]) if self.start is not None else True
-            self.report(p, "Running" if ready else "Pending", ready=ready)
+            if ready or status.get("podIP") != self.ips[uid]:
+                self.report(p, "Running" if ready else "Pending", ready=ready)
 
     @staticmethod
     def _ready(status: dict[str, Any]) -> bool:

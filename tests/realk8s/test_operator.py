@@ -1,9 +1,11 @@
 """The operator on a real control plane (issue 22, 3-5), run as the chart
 runs it (its Deployment's args and environment) with a token of the chart's
-own ServiceAccount, never the admin's; KubeRay and the kubelet played by
-tests/realk8s/standin.py through the real API, each pod's sidecar a real
-process replaying a trace. The tests run in file order: the uninstall and
-the audit of every request come last."""
+own ServiceAccount, never the admin's; the real KubeRay (v1.7.0, with a
+real kube-scheduler: tests/realk8s/kuberaykit.py) makes, replaces and
+deletes the pods, and the kubelet is played by tests/realk8s/standin.py
+through the real API, each pod's sidecar a real process replaying a trace,
+each pod's grace period waited out as Ray's would be. The tests run in
+file order: the uninstall and the audit of every request come last."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from ..operator.conftest import HEALTHY, LEAK, guard, raycluster
 from ..procs import VENV_BIN, stop
 from .controlplane import ControlPlane
 from .operatorproc import operator_command
+from . import kuberaykit
 from .standin import StandIn
 
 NS, RELEASE_NS, RELEASE = "ray-e2e", "mg-system", "mg"
@@ -110,8 +113,12 @@ def release(real: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
     cmd, env = replica()
     log = workdir / "operator.log"
-    with StandIn(real, NS, workdir, _first_worker_of_each_cluster_leaks(), speed=SPEED, epoch=epoch,
-                 sidecar_port=PORT) as standin, open(log, "wb") as out:
+    why = kuberaykit.present(kuberaykit.VERSIONS[0])
+    if why:
+        pytest.skip(why)
+    with kuberaykit.running(real, kuberaykit.VERSIONS[0], [NS], workdir / "kuberay"), \
+            StandIn(real, NS, workdir, _first_worker_of_each_cluster_leaks(), speed=SPEED, epoch=epoch,
+                    sidecar_port=PORT) as standin, open(log, "wb") as out:
         operator = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
         try:
             yield Release(real, workdir, standin, operator, log, replica)
@@ -138,6 +145,13 @@ def _wait_authorized(real: ControlPlane, user: str, checks: list[tuple[str, str,
     assert not pending, f"the chart's RBAC does not grant {pending} to {user}"
 
 
+def _template_containers(rc: dict[str, Any]) -> list[str]:
+    """Every container of the worker templates, native sidecars included
+    (this 1.36 server runs them: the operator injects its sidecar as one)."""
+    return [c["name"] for g in rc["spec"]["workerGroupSpecs"] for key in ("containers", "initContainers")
+            for c in g["template"]["spec"].get(key) or []]
+
+
 def _cluster(name: str, workers: int) -> dict[str, Any]:
     rc = raycluster(name=name, workers=workers)
     rc["metadata"]["namespace"] = NS
@@ -145,6 +159,9 @@ def _cluster(name: str, workers: int) -> dict[str, Any]:
 
 
 def _guard(name: str, cluster: str, **spec: Any) -> dict[str, Any]:
+    # The pods' 30 s grace period is 18,000 s of this 600x clock: a rotation's
+    # wait for the pod's end, then for its replacement, gets 36,000 (60 s) each.
+    spec["rotation"] = {"replacementTimeoutSeconds": 36000, **spec.get("rotation", {})}
     return guard(name=name, cluster=cluster, sampling={"sidecarPort": PORT}, **spec)
 
 
@@ -187,7 +204,7 @@ def test_a_leaking_worker_is_rotated_through_the_eviction_api(release: Release) 
     status = r.wait_for(lambda: (r.api.get(f"{GUARDS}/leak-guard") or {}).get("status"), 30, "the guard's status")
     assert status["rotations"]["total"] >= 1 and status["summary"]["pods"] >= 3
     rc = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc")
-    names = [c["name"] for g in rc["spec"]["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]]
+    names = _template_containers(rc)
     assert patches.SIDECAR_NAME in names
     assert r.events("SidecarInjected", "RayCluster")
 
@@ -332,7 +349,7 @@ def test_deleting_the_guard_restores_the_templates(release: Release) -> None:
     r.api.ok("DELETE", f"{GUARDS}/leak-guard")
     r.wait_for(lambda: r.api.get(f"{GUARDS}/leak-guard") is None, 60, "the guard gone (finalizer done)")
     rc = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc")
-    names = [c["name"] for g in rc["spec"]["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]]
+    names = _template_containers(rc)
     assert patches.SIDECAR_NAME not in names
     marks = [p["metadata"]["name"] for p in r.standin.pods() if any(
         k.startswith("memoryguard.io/rotation") for k in (p["metadata"].get("annotations") or {}))]
@@ -356,7 +373,7 @@ def test_helm_uninstall_with_guards_present_completes(release: Release) -> None:
     assert r.standin.hooks_run and r.standin.hooks_run[-1][1] == 0, r.standin.hooks_run
     assert r.api.ok("GET", GUARDS)["items"] == []
     rc = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc")
-    names = [c["name"] for g in rc["spec"]["workerGroupSpecs"] for c in g["template"]["spec"]["containers"]]
+    names = _template_containers(rc)
     assert patches.SIDECAR_NAME not in names
     # Nothing of the release is left but the CRD (helm never deletes a chart's crds/).
     left = r.cp.kubectl("get", "all,sa,role,rolebinding,clusterrole,clusterrolebinding,configmap,networkpolicy,"

@@ -226,7 +226,7 @@ class GuardReconciler:
         for uid, rot in list(ledger.inflight.items()):
             if rot.phase is Phase.DRAINING and self.evidence.collecting_for(uid):
                 continue  # its evidence first (never past the forensics deadline)
-            before = (rot.phase, rot.refused)
+            before = (rot.phase, rot.refused, rot.gone_at)
             try:
                 out = await rotation.advance(
                     rot, kube=self.ctx.kube, drainer=self.ctx.drainer, pods=run.found.pods,
@@ -252,7 +252,7 @@ class GuardReconciler:
                 rotated = out.kind is OutcomeKind.ROTATED
                 says.append(say(EventReason.ROTATED if rotated else EventReason.ROTATION_FAILED, out.message,
                                 pod_ref(rot.pod, rot.uid)))
-            changed = changed or out.ended or (rot.phase, rot.refused) != before
+            changed = changed or out.ended or (rot.phase, rot.refused, rot.gone_at) != before
         # Written at once when it moved: after an eviction the pod (and its annotations) are gone.
         return Decided(tuple(says), {"rotations": ledger.to_status()} if changed else {})
 

@@ -68,12 +68,16 @@ class InFlight:
     peers: tuple[str, ...] = ()
     evicting_since: float | None = None  # when the first eviction was asked (the deadline counts from it)
     last_refusal: str = ""  # what the server said when it last refused (names the PDB when known)
+    # When the evicted pod was first seen gone: KubeRay makes the replacement
+    # only then (it counts a Terminating pod), so its wait counts from here.
+    gone_at: float | None = None
 
     def to_status(self) -> dict[str, Any]:
         return {"pod": self.pod, "uid": self.uid, "cluster": self.cluster, "group": self.group,
                 "reason": self.reason, "requestedAt": self.requested_at, "phase": self.phase.value,
                 "evictedAt": self.evicted_at, "refused": self.refused, "lastAttempt": self.last_attempt,
-                "peers": list(self.peers), "evictingSince": self.evicting_since, "lastRefusal": self.last_refusal}
+                "peers": list(self.peers), "evictingSince": self.evicting_since, "lastRefusal": self.last_refusal,
+                "goneAt": self.gone_at}
 
     @classmethod
     def from_status(cls, d: Mapping[str, Any]) -> InFlight | None:
@@ -86,7 +90,8 @@ class InFlight:
                        last_attempt=None if d.get("lastAttempt") is None else float(d["lastAttempt"]),
                        peers=tuple(str(u) for u in d.get("peers") or []),
                        evicting_since=None if d.get("evictingSince") is None else float(d["evictingSince"]),
-                       last_refusal=str(d.get("lastRefusal") or "")[:512])
+                       last_refusal=str(d.get("lastRefusal") or "")[:512],
+                       gone_at=None if d.get("goneAt") is None else float(d["goneAt"]))
         except (KeyError, TypeError, ValueError):
             return None
 

@@ -149,14 +149,25 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
             return Outcome(says=told(EventReason.EVICTION_REFUSED, f"{rot.pod}: eviction refused ({message}); "
                                      f"retrying in {backoff_s(rot.refused):.0f} s"))
         return Outcome()
-    # replacing: KubeRay recreates the worker; wait for a new pod of the group to be ready.
+    # replacing: KubeRay recreates the worker once the evicted pod is gone (it
+    # counts a Terminating pod: docs/facts.md), so the wait is in two parts,
+    # each given replacementTimeoutSeconds: the pod's end (its grace period:
+    # Ray's waits out 30 s), then a new pod of the group ready.
     evicted = rot.evicted_at if rot.evicted_at is not None else rot.requested_at
     replacement = [p for p in pods if p.cluster == rot.cluster and p.group == rot.group and p.uid != rot.uid
                    and p.uid not in rot.peers and p.ready and p.phase == "Running" and not p.terminating]
     if replacement:
         return Outcome(OutcomeKind.ROTATED, f"{rot.pod} rotated ({rot.reason}); {replacement[0].name} is ready")
-    if now - evicted > replacement_timeout_s:
+    if pod is not None:
+        if now - evicted > replacement_timeout_s:
+            return Outcome(OutcomeKind.FAILED, f"{rot.pod} was evicted but is still there (Terminating) after "
+                                               f"{replacement_timeout_s:.0f} s; KubeRay replaces it only once it "
+                                               f"is gone")
+        return Outcome()
+    if rot.gone_at is None:
+        rot.gone_at = now
+    if now - rot.gone_at > replacement_timeout_s:
         return Outcome(OutcomeKind.FAILED, f"{rot.pod} was evicted but no replacement in group {rot.group} became "
-                                           f"ready within {replacement_timeout_s:.0f} s")
+                                           f"ready within {replacement_timeout_s:.0f} s of its end")
     return Outcome()
 
