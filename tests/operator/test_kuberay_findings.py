@@ -106,6 +106,7 @@ def test_a_held_cluster_gets_the_remediation_as_advice_never_as_a_patch() -> Non
         kube, namespace=NS, rc=rc, cluster="rc", group="workers", kind="jemalloc",  # type: ignore[arg-type]
         env={"LD_PRELOAD": "x"}, why="test"))
     assert said.startswith("not reverted") and patched is None and kube.log == []
+    assert event is not None and event.reason is EventReason.REMEDIATION_REVERT_FAILED
 
 
 # -- 5 and 6: the injected sidecar's shape --------------------------------------------------------

@@ -27,9 +27,9 @@ from memoryguard_kuberay.operator.shards import ANN_PODS
 from ..devworld import KUBERAY, ROOT
 from ..operator.conftest import HEALTHY, LEAK, guard, raycluster
 from ..procs import VENV_BIN, stop
+from . import kuberaykit
 from .controlplane import ControlPlane
 from .operatorproc import operator_command
-from . import kuberaykit
 from .standin import StandIn
 
 NS, RELEASE_NS, RELEASE = "ray-e2e", "mg-system", "mg"
@@ -207,6 +207,71 @@ def test_a_leaking_worker_is_rotated_through_the_eviction_api(release: Release) 
     names = _template_containers(rc)
     assert patches.SIDECAR_NAME in names
     assert r.events("SidecarInjected", "RayCluster")
+
+
+def test_the_rotation_gap_with_the_real_kuberay(release: Release) -> None:
+    """Eviction to replacement Ready, as the real KubeRay and the kubelet's
+    30 s grace period make it (measured, printed: KubeRay replaces the pod
+    only once it is gone)."""
+    r = release
+    evicted = [e for e in r.cp.audit() if e.get("objectRef", {}).get("subresource") == "eviction"
+               and e["responseStatus"]["code"] == 201 and e["objectRef"]["name"].startswith("leak-rc")]
+    assert evicted
+    t_evict = _ts(evicted[0]["requestReceivedTimestamp"])
+    deleted = [e for e in r.cp.audit() if e.get("verb") == "delete" and e.get("objectRef", {}).get("resource")
+               == "pods" and e["objectRef"].get("name") == evicted[0]["objectRef"]["name"]
+               and e["responseStatus"]["code"] == 200]
+    pods = [p for p in r.standin.pods() if p["metadata"]["labels"].get("ray.io/cluster") == "leak-rc"
+            and p["metadata"]["labels"].get("ray.io/group") == "workergroup"
+            and _ts(p["metadata"]["creationTimestamp"]) >= t_evict - 1]
+    assert pods, "no replacement"
+    new = min(pods, key=lambda p: p["metadata"]["creationTimestamp"])
+    ready = next(c for c in new["status"]["conditions"] if c["type"] == "Ready")
+    gone = _ts(deleted[-1]["requestReceivedTimestamp"]) if deleted else None
+    created, ready_at = _ts(new["metadata"]["creationTimestamp"]), _ts(ready["lastTransitionTime"])
+    assert gone is None or created >= gone - 1, "KubeRay made the replacement before the evicted pod was gone"
+    print(f"\nrotation gap with the real KubeRay v1.7.0: evicted at 0 s, pod gone at "
+          f"{(gone or 0) - t_evict:.0f} s, replacement {new['metadata']['name']} created at "
+          f"{created - t_evict:.0f} s, Ready at {ready_at - t_evict:.0f} s (timestamps to the second)")
+    assert ready_at - t_evict >= 29  # the grace period is waited out
+
+
+def test_a_recreate_cluster_is_guarded_without_recreating_it(release: Release) -> None:
+    """``upgradeStrategy: Recreate``: the guard (sidecar injection asked)
+    changes no template, says so in its condition and once in an Event, and
+    the real KubeRay recreates nothing; the head is the one it was."""
+    r = release
+    rc = _cluster("recreate-rc", 1)
+    rc["spec"]["upgradeStrategy"] = {"type": "Recreate"}
+    r.api.ok("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", rc)
+    r.wait_for(lambda: sum(1 for p in r.standin.pods() if p["metadata"]["labels"].get("ray.io/cluster") ==
+                           "recreate-rc" and (p.get("status") or {}).get("phase") == "Running") == 2, 60,
+               "recreate-rc running")
+    head = next(p["metadata"]["uid"] for p in r.standin.pods() if p["metadata"]["labels"].get("ray.io/cluster")
+                == "recreate-rc" and p["metadata"]["labels"].get("ray.io/node-type") == "head")
+    r.put_guard(_guard("recreate-guard", "recreate-rc", sidecar={"inject": True, "port": PORT}))
+    cond = r.wait_for(lambda: next((c for c in ((r.api.get(f"{GUARDS}/recreate-guard") or {}).get("status") or {})
+                                    .get("conditions") or [] if c["type"] == "TemplatesWritable"
+                                    and c["status"] == "False"), None), 60, "the TemplatesWritable condition")
+    assert cond["reason"] == "UpgradeStrategyRecreate" and "recreate-rc" in cond["message"]
+    time.sleep(5)  # several cycles (0.5 s each)
+    held = r.events("TemplateChangesWithheld", "MemoryGuard")
+    assert len([e for e in held if "recreate-rc" in e["message"]]) == 1, held
+    now = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/recreate-rc")
+    assert patches.SIDECAR_NAME not in _template_containers(now)
+    heads = [p for p in r.standin.pods() if p["metadata"]["labels"].get("ray.io/cluster") == "recreate-rc"
+             and p["metadata"]["labels"].get("ray.io/node-type") == "head"]
+    assert [(p["metadata"]["uid"], bool(p["metadata"].get("deletionTimestamp"))) for p in heads] == [(head, False)]
+    r.api.ok("DELETE", f"{GUARDS}/recreate-guard")
+    r.wait_for(lambda: r.api.get(f"{GUARDS}/recreate-guard") is None, 60, "recreate-guard gone")
+    assert [p["metadata"]["uid"] for p in r.standin.pods() if p["metadata"]["labels"].get("ray.io/cluster")
+            == "recreate-rc" and p["metadata"]["labels"].get("ray.io/node-type") == "head"] == [head]
+
+
+def _ts(iso: str) -> float:
+    import datetime
+
+    return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def test_top_shows_the_real_clusters_guarded_pods_nearest_harm_first(release: Release) -> None:

@@ -202,3 +202,47 @@ def test_one_peer_cannot_take_every_connection() -> None:
         finally:
             for s in flood:
                 s.close()
+
+
+def test_a_slow_ray_endpoint_never_holds_the_cgroup_samples(fixtures: Path) -> None:
+    """Issue 44, 6: Ray's metrics page dripping one line every 1.5 s (no read
+    ever times out) held the sampling loop: 0 samples in 25 s and /healthz
+    503. The scrape now runs beside the loop, within a deadline of its own."""
+    import http.server
+    import socketserver
+    import threading
+
+    class Drip(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            try:
+                for i in range(60):
+                    self.wfile.write(f"# line {i}\n".encode())
+                    self.wfile.flush()
+                    time.sleep(1.5)
+            except OSError:
+                pass
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    socketserver.ThreadingTCPServer.daemon_threads = True
+    server = socketserver.ThreadingTCPServer(("127.0.0.27", 0), Drip)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.27:{server.server_address[1]}/metrics"
+        args = ["--cgroup-root", str(fixtures / "cgroup-v2-ray"), "--interval", "0.5", "--ray-metrics-url", url,
+                "--ray-metrics-interval", "1"]
+        with sidecar_process("127.0.0.28", args) as side:
+            time.sleep(6)
+            status, _ = http_get(side + "/healthz")
+            samples = get_json(side + "/v1/samples")["samples"]
+            metrics = http_get(side + "/metrics")[1].decode()
+    finally:
+        server.shutdown()
+    assert status == 200
+    assert len(samples) >= 8, len(samples)  # a sample each 0.5 s, whatever Ray's page does
+    assert all(s["memory_current"] for s in samples)
+    assert 'memoryguard_sidecar_scrape_success{source="ray"} 0.0' in metrics, metrics[-2000:]

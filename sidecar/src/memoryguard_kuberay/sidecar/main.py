@@ -148,10 +148,16 @@ class Sidecar(Routes, sidecar_metrics.StateView):
 
     async def run(self, stop: asyncio.Event) -> None:
         loop_interval = self.args.interval if self.feed is None else min(self.args.interval, 15.0 / self.args.speed)
+        scraping: asyncio.Future[StoreReading] | None = None
         while not stop.is_set():
             now = time.time()
-            if self.scraper is not None and self.scraper.due(now):
-                self.store = await asyncio.to_thread(self.scraper.scrape, now)
+            if self.scraper is not None:
+                # The store is scraped beside the loop, never in its way: the
+                # cgroup's samples must not wait on a slow Ray endpoint (a
+                # scrape ends within its deadline; one at a time).
+                if (scraping is None or scraping.done()) and self.scraper.due(now):
+                    scraping = asyncio.ensure_future(asyncio.to_thread(self.scraper.scrape, now))
+                self.store = self.scraper.last
             try:
                 self.sample_once(time.time())
             except Exception:  # the loop must never die; the error is counted and logged

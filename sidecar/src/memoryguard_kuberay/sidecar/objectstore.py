@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import os
+import time
 import urllib.parse
 
 from memoryguard_kuberay.sidecar.parsers import prom_values
@@ -37,7 +38,8 @@ class StoreReading:
 
 
 class RayMetricsScraper:
-    def __init__(self, url: str, *, min_interval_s: float = 10.0, timeout_s: float = 2.0) -> None:
+    def __init__(self, url: str, *, min_interval_s: float = 10.0, timeout_s: float = 2.0,
+                 deadline_s: float = 5.0) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme != "http" or not parsed.hostname:
             raise ValueError(f"ray metrics URL must be http://host:port/path, got {url!r}")
@@ -45,7 +47,10 @@ class RayMetricsScraper:
         self.port = parsed.port or 80
         self.path = parsed.path or "/metrics"
         self.min_interval_s = min_interval_s
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # each connect and read
+        # The whole scrape: a page that drips one line a second never times a
+        # read out, and would hold a reading for ever (issue 44, 6).
+        self.deadline_s = deadline_s
         self.last = StoreReading()
         self.last_attempt_s: float | None = None
         self.errors = 0
@@ -54,7 +59,8 @@ class RayMetricsScraper:
         return self.last_attempt_s is None or now_s - self.last_attempt_s >= self.min_interval_s
 
     def scrape(self, now_s: float) -> StoreReading:
-        """Fetch and parse (blocking; the server runs it in a thread). On
+        """Fetch and parse (blocking: the sampling loop runs it in a thread of
+        its own and reads ``last``, never waiting on it). On
         failure the reading becomes unknown: a stale store value is worse
         than none."""
         self.last_attempt_s = now_s
@@ -82,13 +88,13 @@ class RayMetricsScraper:
             resp = conn.getresponse()
             if resp.status != 200:
                 raise ValueError(f"HTTP {resp.status}")
-            lines = _bounded_lines(resp, MAX_PAGE_BYTES)
+            lines = _bounded_lines(resp, MAX_PAGE_BYTES, time.monotonic() + self.deadline_s)
             return prom_values(lines, WANTED, SPILLED_ONLY)
         finally:
             conn.close()
 
 
-def _bounded_lines(resp: http.client.HTTPResponse, limit: int):  # type: ignore[no-untyped-def]
+def _bounded_lines(resp: http.client.HTTPResponse, limit: int, deadline: float):  # type: ignore[no-untyped-def]
     total = 0
     while True:
         line = resp.readline(65536)
@@ -97,6 +103,8 @@ def _bounded_lines(resp: http.client.HTTPResponse, limit: int):  # type: ignore[
         total += len(line)
         if total > limit:
             raise ValueError("metrics page too large")
+        if time.monotonic() > deadline:
+            raise ValueError("metrics page too slow")
         yield line.rstrip(b"\r\n")
 
 
