@@ -5,7 +5,8 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup run demo test lint typecheck unit faults real-pods soak bench bench-sidecar bench-hostile bench-tenants bench-flood bench-state bench-operator real-leak crds traces clean
+PHONY_TIERS := check e2e ray emulator realk8s
+.PHONY: setup run demo test lint typecheck unit $(PHONY_TIERS) faults real-pods soak bench bench-sidecar bench-hostile bench-tenants bench-flood bench-state bench-operator real-leak crds traces clean
 
 PARTS   := core sidecar operator devkit
 
@@ -31,10 +32,34 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy $(PARTS:%=%/src)
 
-unit: $(STAMP)
-	$(BIN)/pytest -q
+# Tests in tiers, each selected by its marker (pyproject.toml's markers;
+# tests/conftest.py marks the folders): `make check` is the fast tier for
+# every change (lint, types, the core and the units: under 5 minutes here);
+# `make test` is everything, what CI runs.
+FAST := not (e2e or ray or realk8s or realpods or slow or faults or emulator)
 
-test: lint typecheck unit
+check: lint typecheck
+	$(BIN)/pytest -q -m "$(FAST)"
+
+unit: $(STAMP)
+	$(BIN)/pytest -q -m "$(FAST)"
+
+e2e: $(STAMP)
+	$(BIN)/pytest -q -m e2e
+
+ray: $(STAMP)
+	$(BIN)/pytest -q -m ray
+
+emulator: $(STAMP)
+	$(BIN)/pytest -q -m emulator
+
+# Where ../shared/realk8s is beside the checkout: the real control plane and
+# the real KubeRay (v1.7.0 and v1.5.1); skipped, saying why, elsewhere.
+realk8s: $(STAMP)
+	$(BIN)/pytest -q -s -m realk8s
+
+test: lint typecheck
+	$(BIN)/pytest -q
 
 # The policy beside a static 90% threshold: on the examples (every behaviour
 # of the field, issue 13's included); on 60 pods drawn afresh from wide ranges
@@ -83,7 +108,7 @@ bench-operator: $(STAMP)
 
 # The fault matrix alone (it is part of `make test` too); prints the matrix.
 faults: $(STAMP)
-	$(BIN)/pytest -q tests/faults
+	$(BIN)/pytest -q -m faults
 
 # About 10 minutes, not in CI: 200 workers, faults at random; exits 1 on any
 # invariant violation.

@@ -12,6 +12,26 @@ settings.register_profile("memoryguard", deadline=None)
 settings.load_profile("memoryguard")
 
 
+# Each tier's marker, by where its tests live (a mark set in a folder's
+# conftest.py is not seen by ``-m``: it must be on the items). The fast tier
+# (``make check``) is every test none of these select.
+TIERS_BY_PATH = {
+    "tests/realk8s/": "realk8s",
+    "tests/realpods/": "realpods",
+    "tests/faults/": "faults",
+    "tests/sidecar/test_e2e.py": "e2e",
+    "tests/operator/test_emulator": "emulator",  # the devkit's emulated API, not the product
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        for prefix, marker in TIERS_BY_PATH.items():
+            if path.startswith(prefix):
+                item.add_marker(getattr(pytest.mark, marker))
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
     """The fault matrix, when the fault tests ran."""
     import sys

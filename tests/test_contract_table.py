@@ -71,7 +71,7 @@ def _emulator() -> Iterator[Backend]:
         t.join(10)
 
 
-@pytest.fixture(params=["emulator", "real"], scope="module")
+@pytest.fixture(params=["emulator", pytest.param("real", marks=pytest.mark.realk8s)], scope="module")
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "emulator":
         yield from _emulator()

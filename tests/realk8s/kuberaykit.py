@@ -83,8 +83,12 @@ class Kubelet:
 
     def __init__(self, api: Client, namespace: str, node: str, *, hold_s: float | None = None,
                  start: Callable[[dict[str, Any], str], bool] | None = None,
-                 stopped: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 stopped: Callable[[dict[str, Any]], None] | None = None,
+                 sweep: Sequence[str] = ()) -> None:
         self.api, self.ns, self.node, self.hold_s = api, namespace, node, hold_s
+        # Namespaces whose pods bound here are not run (a test runs them its
+        # own way), only removed once deleted, as a kubelet would.
+        self.sweep = tuple(sweep)
         self.start, self.stopped = start, stopped
         self.block = loopback.claim_block()
         self._ips = itertools.count(2)
@@ -135,6 +139,12 @@ class Kubelet:
         return list(self.api.ok("GET", f"/api/v1/namespaces/{self.ns}/pods")["items"])
 
     def tick(self) -> None:
+        for ns in self.sweep:
+            for p in self.api.ok("GET", f"/api/v1/namespaces/{ns}/pods")["items"]:
+                meta = p["metadata"]
+                if meta.get("deletionTimestamp") and (p.get("spec") or {}).get("nodeName") == self.node:
+                    self.api.call("DELETE", f"/api/v1/namespaces/{ns}/pods/{meta['name']}",
+                                  {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
         for p in self.pods():
             meta, spec, status = p["metadata"], p.get("spec") or {}, p.get("status") or {}
             if spec.get("nodeName") != self.node:

@@ -41,13 +41,13 @@ def _now() -> str:
 
 class StandIn:
     def __init__(self, cp: ControlPlane, namespace: str, workdir: Path, trace_for: Callable[[dict[str, Any]], Path],
-                 *, speed: float, epoch: float, sidecar_port: int) -> None:
+                 *, speed: float, epoch: float, sidecar_port: int, sweep: tuple[str, ...] = ()) -> None:
         self.cp, self.api, self.ns, self.workdir = cp, cp.admin(), namespace, workdir
         self.trace_for, self.speed, self.epoch, self.port = trace_for, speed, epoch, sidecar_port
         self.procs: dict[str, subprocess.Popen[bytes]] = {}  # pod uid -> its sidecar process
         self.traces: dict[str, Path] = {}  # pod name -> trace
         self.hooks_run: list[tuple[str, int]] = []  # (pod, exit code)
-        self.kubelet = Kubelet(self.api, namespace, NODE, start=self._start_pod, stopped=self._stop_pod)
+        self.kubelet = Kubelet(self.api, namespace, NODE, start=self._start_pod, stopped=self._stop_pod, sweep=sweep)
 
     def __enter__(self) -> StandIn:
         self.kubelet.__enter__()

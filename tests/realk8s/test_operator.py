@@ -118,7 +118,7 @@ def release(real: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Ite
         pytest.skip(why)
     with kuberaykit.running(real, kuberaykit.VERSIONS[0], [NS], workdir / "kuberay"), \
             StandIn(real, NS, workdir, _first_worker_of_each_cluster_leaks(), speed=SPEED, epoch=epoch,
-                    sidecar_port=PORT) as standin, open(log, "wb") as out:
+                    sidecar_port=PORT, sweep=(RELEASE_NS,)) as standin, open(log, "wb") as out:
         operator = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
         try:
             yield Release(real, workdir, standin, operator, log, replica)
