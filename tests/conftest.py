@@ -21,6 +21,8 @@ TIERS_BY_PATH = {
     "tests/faults/": "faults",
     "tests/sidecar/test_e2e.py": "e2e",
     "tests/operator/test_emulator": "emulator",  # the devkit's emulated API, not the product
+    "tests/deploy/test_images.py": "slow",  # each image's install into a fresh venv
+    "tests/operator/test_poll_any_answer.py": "e2e",  # 12,000 answers through a loopback socket
 }
 
 
