@@ -32,7 +32,7 @@ from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.world import load_crds
 from memoryguard_kuberay.operator import kuberayrules, patches
 from memoryguard_kuberay.operator import podinfo as pi
-from memoryguard_kuberay.operator.guardspec import SidecarInjection
+from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection
 
 from .devworld import kuberay_file
 from .realk8s.controlplane import Client
@@ -169,6 +169,9 @@ def _real(request: pytest.FixtureRequest, version: str, tmp: Path) -> Iterator[B
                 api.call("DELETE", f"{RCS}/{rc['metadata']['name']}")
             for p in api.ok("GET", PODS)["items"]:
                 api.call("DELETE", f"{PODS}/{p['metadata']['name']}", {"gracePeriodSeconds": 0})
+            for c in api.ok("GET", f"/api/v1/namespaces/{NS}/configmaps",
+                            params={"labelSelector": patches.REMEDY_LABEL})["items"]:
+                api.call("DELETE", f"/api/v1/namespaces/{NS}/configmaps/{c['metadata']['name']}")
     finally:
         if version != kuberaykit.VERSIONS[0]:  # later tests read the newest CRDs
             kuberaykit.install_crds(cp, kuberaykit.VERSIONS[0])
@@ -359,3 +362,35 @@ def test_a_rayservice_owns_its_cluster(backend: Backend) -> None:
     hold = kuberayrules.template_hold(made[0], allow_recreate=True)
     assert hold is not None and hold.why is kuberayrules.TemplateHold.RAYSERVICE
     b.api.call("DELETE", f"/apis/ray.io/v1/namespaces/{NS}/rayservices/served")
+
+
+def test_remediation_env_stays_out_of_wait_gcs_ready(backend: Backend) -> None:
+    """KubeRay's wait-gcs-ready init container copies the Ray container's
+    ``env`` (and mounts), not its ``envFrom``: a remediation written as
+    MemoryGuard writes it (a ConfigMap of its own that the Ray container's
+    envFrom names) reaches the Ray container and not the init container;
+    written into the env, it reaches both."""
+    b = backend
+    _claimed(b, "wait_gcs_ready_env")
+    env = patches.jemalloc_env(Jemalloc(), None)
+    for name, via_env_from in (("remedied", True), ("remedied-env", False)):
+        rc = cluster(name, replicas=1)
+        rc["metadata"]["uid"] = "unknown-yet"
+        cm = patches.remedy_configmap(name, "w", "jemalloc") if via_env_from else None
+        ops = [o for o in patches.remediation_patch(rc, "w", env, record="test", configmap=cm)
+               if o["op"] != "test" and not o["path"].startswith("/metadata")]
+        made = b.api.ok("POST", RCS, json_patch(rc, ops))
+        if cm is not None:
+            body = patches.remedy_configmap_body(made, cm, "jemalloc", env)
+            b.api.ok("POST", f"/api/v1/namespaces/{NS}/configmaps", body)
+        (worker,) = b.running(name, "w", 1)
+        wait = next(c for c in worker["spec"]["initContainers"] if c["name"] == "wait-gcs-ready")
+        ray = worker["spec"]["containers"][0]
+        copied = {e["name"] for e in wait.get("env") or []} & set(env)
+        print(f"{b.name}: {'envFrom' if via_env_from else 'env'}: wait-gcs-ready gets {sorted(copied) or 'none'}"
+              f"{', envFrom ' + str(wait.get('envFrom')) if wait.get('envFrom') else ''}")
+        if via_env_from:
+            assert not copied and not wait.get("envFrom")
+            assert ray["envFrom"] == [{"configMapRef": {"name": cm, "optional": True}}]
+        else:
+            assert copied == set(env)  # what MemoryGuard did before

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from memoryguard_kuberay.operator import patches
 from memoryguard_kuberay.operator.patches import SIDECAR_NAME
 
 from ..devworld import world
@@ -63,8 +64,15 @@ async def test_plateau_gets_jemalloc_in_auto_mode(tmp_path: Path) -> None:
         await w.start_operator()
         await w.wait_for(lambda: w.events("RemediationApplied"), 120, "jemalloc applied")
         rc = w.api.get("rayclusters", "default", "raycluster-kuberay")
-        env = {e["name"]: e["value"] for e in rc["spec"]["workerGroupSpecs"][0]["template"]["spec"][  # type: ignore[index]
-            "containers"][0]["env"]}
+        ray = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]  # type: ignore[index]
+        # Through a ConfigMap the Ray container alone reads (envFrom: KubeRay's
+        # wait-gcs-ready copies env, never envFrom), owned by the RayCluster.
+        name = patches.remedy_configmap("raycluster-kuberay", "workergroup", "jemalloc")
+        assert ray["envFrom"] == [{"configMapRef": {"name": name, "optional": True}}]
+        assert not any(e["name"] in ("LD_PRELOAD", "MALLOC_CONF") for e in ray.get("env") or [])
+        cm = w.api.get("configmaps", "default", name)
+        assert cm is not None and cm["metadata"]["ownerReferences"][0]["uid"] == rc["metadata"]["uid"]  # type: ignore[index]
+        env = cm["data"]
         assert env["LD_PRELOAD"].endswith("libjemalloc.so.2") and "background_thread:true" in env["MALLOC_CONF"]
         assert "GrowthPlateau" in rc["metadata"]["annotations"]["memoryguard.io/remediation"]  # type: ignore[index]
         assert w.api.evictions == []  # a plateau is never a rotation

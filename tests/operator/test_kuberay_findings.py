@@ -183,3 +183,68 @@ def test_a_budget_that_refuses_one_host_evicts_none() -> None:
                                  drain_timeout_s=1, replacement_timeout_s=1, eviction_timeout_s=1, now=1.0))
     assert all(dry for _, dry in kube.asked) and rot.refused == 1 and rot.phase is Phase.EVICTING
     assert "h1 (a host of the same replica)" in (rot.last_refusal or "")
+
+
+# -- 7: the allocator's settings stay out of KubeRay's wait-gcs-ready ------------------------------
+class RemedyKube(FakeKube):
+    def __init__(self, rc: dict[str, Any]) -> None:
+        super().__init__(rc, _guard({}))
+        self.configmaps: dict[str, dict[str, Any]] = {}
+
+    async def put_configmap(self, namespace: str, body: dict[str, Any]) -> None:
+        self.log.append(("configmap", body["metadata"]["name"]))
+        self.configmaps[body["metadata"]["name"]] = body
+
+    async def json_patch_raycluster(self, namespace: str, name: str, ops: list[Any]) -> dict[str, Any]:
+        from memoryguard_kuberay.devkit.emulator.patching import json_patch
+
+        self.log.append(("patch-raycluster", name))
+        self.rc = json_patch(copy.deepcopy(self.rc), ops)
+        return self.rc
+
+
+def test_a_remediation_goes_through_a_configmap_the_ray_container_alone_reads() -> None:
+    rc = _rc()
+    rc["metadata"].update(uid="rc-uid", resourceVersion="7")
+    kube = RemedyKube(rc)
+    spec = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "remediation": {"jemalloc": {"mode": "auto"}}})
+    pod = pi.pod_info({"metadata": {"name": "w1", "uid": "u1", "labels": {pi.LABEL_CLUSTER: "rc",
+                                                                         pi.LABEL_GROUP: "workers"}}})
+    done = asyncio.run(remediation.remediate(kube, namespace=NS, spec=spec, rc=rc, pod=pod,  # type: ignore[arg-type]
+                                             decision=_wants_rotation(PolicySettings(), RotationHistory()),
+                                             kind="jemalloc"))
+    name = patches.remedy_configmap("rc", "workers", "jemalloc")
+    assert [k for k, _ in kube.log] == ["configmap", "patch-raycluster"]  # the ConfigMap first
+    cm = kube.configmaps[name]
+    assert cm["data"]["LD_PRELOAD"] == spec.jemalloc.library_path and cm["data"]["MALLOC_CONF"]
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == "rc-uid"
+    ray = kube.rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    assert ray["envFrom"] == [{"configMapRef": {"name": name, "optional": True}}] and "env" not in ray
+    assert done.env == {f"envFrom:{name}": "1"}
+    # A pod made from that template shows the mark its review looks for.
+    made = pi.pod_info({"metadata": {"name": "w2", "uid": "u2", "labels": {}},
+                        "spec": {"containers": [ray]}})
+    assert made.remedy_env == done.env
+    # The revert takes the envFrom entry out, and the template is as it was.
+    kube.rc["metadata"]["resourceVersion"] = "8"
+    said, _event, patched = asyncio.run(remediation.revert(
+        kube, namespace=NS, rc=kube.rc, cluster="rc", group="workers", kind="jemalloc",  # type: ignore[arg-type]
+        env=done.env, why="no effect"))
+    assert said == "reverted" and patched is not None
+    assert patched["spec"] == rc["spec"]
+
+
+def test_a_users_own_ld_preload_is_remediated_in_the_env() -> None:
+    """Env wins over envFrom: where the Ray container sets LD_PRELOAD itself,
+    jemalloc joins it there (the init container had that variable anyway)."""
+    rc = _rc()
+    rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "LD_PRELOAD", "value": "/opt/libmine.so"}]
+    kube = RemedyKube(rc)
+    spec = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "remediation": {"jemalloc": {"mode": "auto"}}})
+    pod = pi.pod_info({"metadata": {"name": "w1", "uid": "u1", "labels": {pi.LABEL_CLUSTER: "rc",
+                                                                         pi.LABEL_GROUP: "workers"}}})
+    done = asyncio.run(remediation.remediate(kube, namespace=NS, spec=spec, rc=rc, pod=pod,  # type: ignore[arg-type]
+                                             decision=_wants_rotation(PolicySettings(), RotationHistory()),
+                                             kind="jemalloc"))
+    assert kube.configmaps == {} and done.env["LD_PRELOAD"].endswith(":/opt/libmine.so")

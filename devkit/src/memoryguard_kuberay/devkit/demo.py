@@ -28,7 +28,7 @@ from rich.text import Text
 from memoryguard_kuberay.core import commands, heatmap, helptext
 from memoryguard_kuberay.core.plot import LIMIT_LABEL, mark, save_grid
 from memoryguard_kuberay.core.traces import read_labels, read_trace
-from memoryguard_kuberay.operator import forensics, forensics_cli, topview
+from memoryguard_kuberay.operator import forensics, forensics_cli, patches, topview
 
 from .emulator.world import SIDECAR_PORT, World, world
 
@@ -50,8 +50,13 @@ MAX_STORY_S = 30 * 3600.0  # however the reviews go, the story ends here
 
 def replacement(group: str, pod: dict[str, Any]) -> str:
     """What a replacement pod of ``group`` replays, given its template."""
-    env = {e.get("name"): e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
-    jemalloc = "jemalloc" in str(env.get("LD_PRELOAD", ""))
+    ray = pod["spec"]["containers"][0]
+    env = {e.get("name"): e.get("value") for e in ray.get("env") or []}
+    # jemalloc in its env, or in a remediation ConfigMap its envFrom names
+    # (what a container gets from it: its name says the remediation's kind).
+    sources = [str((e.get("configMapRef") or {}).get("name", "")) for e in ray.get("envFrom") or []]
+    jemalloc = "jemalloc" in str(env.get("LD_PRELOAD", "")) or any(
+        s.startswith(f"{patches.REMEDY_CONFIGMAP}-jemalloc-") for s in sources)
     if group == "serve":
         return HEALTHY if jemalloc else "leak_steady"
     return "leak_steady" if group == "train" else HEALTHY

@@ -23,7 +23,9 @@ API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("policy", "poddisruptionbudgets", ("list", "create", "patch", "delete")),
     # The evidence kept before a rotation (forensics.py): one ConfigMap per
     # rotation, owned by the guard, the oldest deleted past spec.forensics.keep.
-    ("", "configmaps", ("create", "list", "delete")),
+    # And a remediation's env (remediation.py): one ConfigMap per kind and
+    # worker group, owned by the RayCluster, its data patched when it changes.
+    ("", "configmaps", ("create", "list", "patch", "delete")),
 )
 # What the chart's pre-delete hook (``memoryguard-kuberay uninstall``) needs: delete
 # every guard and watch them go while the operator still runs their

@@ -352,6 +352,17 @@ class Kube:
     async def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
         await self.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", json=dict(body))
 
+    async def put_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create it, or (it exists: 409) merge-patch its labels and data."""
+        try:
+            await self.create_configmap(namespace, body)
+        except Conflict:
+            name = body["metadata"]["name"]
+            await self.request("PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{name}",
+                               json={"metadata": {"labels": dict(body["metadata"].get("labels") or {})},
+                                     "data": dict(body.get("data") or {})},
+                               content_type="application/merge-patch+json")
+
     async def list_configmaps(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         """The matching ConfigMaps whole (for ``memoryguard-kuberay forensics``,
         which prints them; the operator reads only their metadata)."""

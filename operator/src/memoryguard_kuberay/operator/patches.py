@@ -10,7 +10,9 @@ whole list that users and the Ray autoscaler also write.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -66,6 +68,52 @@ def jemalloc_env(j: Jemalloc, existing_preload: str | None) -> dict[str, str]:
 
 
 CALL_SITES_ENV = {"RAY_record_ref_creation_sites": "1"}
+
+# A remediation's env reaches the Ray container through a ConfigMap of its
+# own that the container's ``envFrom`` names, not through its ``env``:
+# KubeRay's wait-gcs-ready init container copies the Ray container's env
+# (LD_PRELOAD and MALLOC_CONF with it) and volume mounts, never its envFrom
+# (seen on v1.5.1 and v1.7.0: docs/facts.md). One ConfigMap per kind and
+# worker group, owned by the RayCluster (gone with it). Where the Ray
+# container's own env sets one of the variables, env wins over envFrom, so
+# that remediation is written into the env as before.
+REMEDY_CONFIGMAP = pi.REMEDY_CONFIGMAP
+ENV_FROM = pi.ENV_FROM  # a pod's remedy_env key: it reads this remediation ConfigMap
+REMEDY_LABEL = "memoryguard.io/remedy"
+
+
+def remedy_configmap(cluster: str, group: str, kind: str) -> str:
+    """Its name: a DNS subdomain (group names may hold what one may not:
+    those, and names too long, end in a hash of the whole)."""
+    raw = f"{REMEDY_CONFIGMAP}-{kind}-{cluster}-{group}"
+    name = re.sub(r"[^a-z0-9.-]", "-", raw.lower()).strip("-.")
+    if name != raw or len(name) > 253:
+        name = f"{name[:230].rstrip('-.')}-{hashlib.sha256(raw.encode()).hexdigest()[:10]}"
+    return name
+
+
+def env_from_mark(configmap: str) -> dict[str, str]:
+    """What a pod reading the ConfigMap shows of it (podinfo.remedy_env), and
+    what a review of the remediation looks for."""
+    return {ENV_FROM + configmap: "1"}
+
+
+def remedy_configmap_body(rc: Mapping[str, Any], name: str, kind: str, env: Mapping[str, str]) -> dict[str, Any]:
+    meta = rc.get("metadata") or {}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": name, "namespace": meta.get("namespace"),
+        "labels": {"app.kubernetes.io/managed-by": "memoryguard", REMEDY_LABEL: kind},
+        "ownerReferences": [{"apiVersion": rc.get("apiVersion", "ray.io/v1"), "kind": "RayCluster",
+                             "name": meta.get("name"), "uid": meta.get("uid"), "blockOwnerDeletion": False}]},
+        "data": dict(env)}
+
+
+def env_sets(rc: Mapping[str, Any], group: str, names: Sequence[str]) -> list[str]:
+    """Which of ``names`` the group's Ray container sets in its own env."""
+    found = _worker_group(rc, group)
+    containers = ((found[1].get("template") or {}).get("spec") or {}).get("containers") or [] if found else []
+    env = {e.get("name") for e in (containers[RAY_CONTAINER].get("env") or [] if containers else [])}
+    return [n for n in names if n in env]
 
 
 def spilling_env(s: Spilling) -> dict[str, str]:
@@ -124,11 +172,23 @@ def _compact(doc: Any) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
-def remediation_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str, str], *, record: str) -> list[Op]:
+def _env_from_ops(cpath: str, container: Mapping[str, Any], configmap: str) -> list[Op]:
+    refs = list(container.get("envFrom") or [])
+    if any((r.get("configMapRef") or {}).get("name") == configmap for r in refs if isinstance(r, Mapping)):
+        return []
+    value = {"configMapRef": {"name": configmap, "optional": True}}
+    # optional: a ConfigMap deleted by hand costs the settings, never the pod's start.
+    return [{"op": "add", "path": f"{cpath}/envFrom/-", "value": value} if refs else
+            {"op": "add", "path": f"{cpath}/envFrom", "value": [value]}]
+
+
+def remediation_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str, str], *, record: str,
+                      configmap: str | None = None) -> list[Op]:
     """Ops setting ``wanted_env`` on the Ray container of a worker group, and
     recording what and why in the RayCluster's annotation, and what each
     variable was before (for a revert). Empty when the env already holds it
-    (idempotent)."""
+    (idempotent). ``configmap``: the env is in that ConfigMap (written
+    first by the caller), and the container's envFrom is made to name it."""
     found = _worker_group(rc, group)
     if found is None:
         return []
@@ -137,6 +197,14 @@ def remediation_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str
     if not containers:
         return []
     cpath = f"/spec/workerGroupSpecs/{i}/template/spec/containers/{RAY_CONTAINER}"
+    if configmap is not None:
+        ops = _env_from_ops(cpath, containers[RAY_CONTAINER], configmap)
+        if not ops:
+            return []
+        history = _annotation_map(rc, REMEDIATION_ANNOTATION)
+        history[group] = {**(history.get(group) or {}), ENV_FROM + configmap: record}
+        guard = [*_unchanged(rc), {"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group}]
+        return [*guard, *ops, *_annotation_ops(rc, {REMEDIATION_ANNOTATION: _compact(history)})]
     ops = env_ops(cpath, containers[RAY_CONTAINER], wanted_env)
     if not ops:
         return []
@@ -165,6 +233,8 @@ def revert_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str, str
         return f"the RayCluster has no worker group {group} any more"
     i, g = found
     containers = ((g.get("template") or {}).get("spec") or {}).get("containers") or []
+    if wanted_env and all(k.startswith(ENV_FROM) for k in wanted_env):
+        return _revert_env_from(rc, group, i, containers, [k.removeprefix(ENV_FROM) for k in wanted_env])
     env = list((containers[RAY_CONTAINER] if containers else {}).get("env") or [])
     was = _annotation_map(rc, PREVIOUS_ANNOTATION).get(group)
     if not isinstance(was, dict) or not all(k in was for k in wanted_env):
@@ -197,6 +267,30 @@ def revert_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str, str
             doc.pop(group, None)
     return ops + _annotation_ops(rc, {REMEDIATION_ANNOTATION: _compact(history),
                                       PREVIOUS_ANNOTATION: _compact(previous)})
+
+
+def _revert_env_from(rc: Mapping[str, Any], group: str, i: int, containers: Sequence[Mapping[str, Any]],
+                     configmaps: Sequence[str]) -> list[Op] | str:
+    """The envFrom entries naming these ConfigMaps out of the Ray
+    container (their ConfigMaps stay, owned by the RayCluster: pods that
+    run with them keep what they started with either way)."""
+    cpath = f"/spec/workerGroupSpecs/{i}/template/spec/containers/{RAY_CONTAINER}/envFrom"
+    refs = list((containers[RAY_CONTAINER] if containers else {}).get("envFrom") or [])
+    idx = [n for n, r in enumerate(refs) if isinstance(r, Mapping)
+           and (r.get("configMapRef") or {}).get("name") in configmaps]
+    if len(idx) != len(configmaps):
+        return f"group {group} no longer reads {', '.join(configmaps)}: left as it is"
+    ops: list[Op] = [*_unchanged(rc), {"op": "test", "path": f"/spec/workerGroupSpecs/{i}/groupName", "value": group}]
+    ops += [{"op": "test", "path": f"{cpath}/{n}", "value": refs[n]} for n in idx]
+    ops += ([{"op": "remove", "path": cpath}] if len(idx) == len(refs) else
+            [{"op": "remove", "path": f"{cpath}/{n}"} for n in sorted(idx, reverse=True)])
+    history = _annotation_map(rc, REMEDIATION_ANNOTATION)
+    left = {k: v for k, v in (history.get(group) or {}).items() if k.removeprefix(ENV_FROM) not in configmaps}
+    if left:
+        history[group] = left
+    else:
+        history.pop(group, None)
+    return ops + _annotation_ops(rc, {REMEDIATION_ANNOTATION: _compact(history)})
 
 
 # -- sidecar injection --------------------------------------------------------

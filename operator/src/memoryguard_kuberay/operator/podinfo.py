@@ -35,6 +35,10 @@ SIDECAR_NAME = "memoryguard-sidecar"  # the container the operator injects
 # the remediated template (the review compares them with those before).
 REMEDY_ENV_PREFIXES = ("LD_PRELOAD", "MALLOC_CONF", "RAY_object_spilling", "RAY_min_spilling_size",
                        "RAY_record_ref_creation_sites")
+# A remediation read from a ConfigMap (the Ray container's envFrom names
+# it): the pod shows that, not the values (patches.py says why).
+REMEDY_CONFIGMAP = "memoryguard-remedy"
+ENV_FROM = "envFrom:"
 MAX_ENV_READ = 256  # a Ray container's env entries read (the rest of a hostile pod's is not looked at)
 MAX_VALUE = 1024  # characters of one value kept
 
@@ -125,9 +129,18 @@ def _ray_container(pod: Mapping[str, Any]) -> dict[str, Any]:
     env = [_obj(e) for e in (raw_env if isinstance(raw_env, list) else [])[:MAX_ENV_READ]]
     remedy = {_shared(e["name"]): _shared(e["value"][:MAX_VALUE]) for e in env if isinstance(e.get("name"), str)
               and isinstance(e.get("value"), str) and e["name"].startswith(REMEDY_ENV_PREFIXES)} or NOTHING
+    raw_from = ray.get("envFrom")
+    sources = [_obj(_obj(e).get("configMapRef")).get("name") for e in
+               (raw_from if isinstance(raw_from, list) else [])[:MAX_ENV_READ]]
+    marks = {_shared(ENV_FROM + n[:MAX_VALUE]): "1" for n in sources
+             if isinstance(n, str) and n.startswith(REMEDY_CONFIGMAP)}
+    if marks:
+        remedy = {**remedy, **marks}
     if not ray:
         return {"remedy_env": remedy, "template": ""}
     shape = {k: ray.get(k) for k in ("image", "command", "args", "resources")}
+    if sources:  # (absent, not empty: the revisions of pods without it keep their hash)
+        shape["envFrom"] = [str(n)[:MAX_VALUE] for n in sources]
     shape["env"] = [[str(e.get("name"))[:MAX_VALUE], str(e.get("value", e.get("valueFrom")))[:MAX_VALUE]] for e in env]
     digest = hashlib.sha256(json.dumps(shape, sort_keys=True, default=str)[:1 << 20].encode()).hexdigest()
     return {"remedy_env": remedy, "template": _shared(digest[:10])}

@@ -57,15 +57,25 @@ async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[
         held = f"; not applied: {hold.message}" if hold is not None and mode == Mode.AUTO else ""
         return Remedied(str(Mode.RECOMMEND.value if held else mode.value), (say(
             EventReason.REMEDIATION_RECOMMENDED, f"{where}: set {what} ({why}){held}", rc),))
-    ops = patches.remediation_patch(rc, pod.group, env, record=f"{decision.reason.value} on {pod.name}")
+    record = f"{decision.reason.value} on {pod.name}"
+    # Through a ConfigMap the Ray container alone reads (envFrom): KubeRay's
+    # wait-gcs-ready copies the container's env, not its envFrom. Unless the
+    # container's own env sets one of them (env wins over envFrom).
+    configmap = None if patches.env_sets(rc, pod.group, list(env)) else patches.remedy_configmap(
+        pod.cluster, pod.group, kind)
+    ops = patches.remediation_patch(rc, pod.group, env, record=record, configmap=configmap)
     if not ops:
         return Remedied("")
     try:
+        if configmap is not None:  # first, so that no pod ever names one not there
+            await kube.put_configmap(namespace, patches.remedy_configmap_body(rc, configmap, kind, env))
         patched = await kube.json_patch_raycluster(namespace, pod.cluster, ops)
     except ApiError as e:
         return Remedied(None, (say(EventReason.REMEDIATION_FAILED, f"{where}: {e}", rc),))
+    how = f" (ConfigMap {configmap}, read through envFrom)" if configmap else ""
     return Remedied(str(mode.value), (say(EventReason.REMEDIATION_APPLIED, f"{where}: set {what} in the pod "
-                                          f"template ({why}); pods get it as they are replaced", rc),), env, patched)
+                                          f"template{how} ({why}); pods get it as they are replaced", rc),),
+                    patches.env_from_mark(configmap) if configmap else env, patched)
 
 
 async def revert(kube: Kube, *, namespace: str, rc: Mapping[str, Any], cluster: str, group: str, kind: str,
