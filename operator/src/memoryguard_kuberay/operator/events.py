@@ -29,6 +29,9 @@ class EventReason(str, enum.Enum):
     # A RayCluster whose templates MemoryGuard leaves alone (kuberayrules.py):
     # upgradeStrategy Recreate, or owned by a RayService.
     TEMPLATES_HELD = "TemplateChangesWithheld"
+    # What was read back from a guard's status (or a RayCluster's records)
+    # and refused: it did not meet what the operator itself would have done.
+    STATUS_RECORD_DROPPED = "StatusRecordDropped"
     INVALID_SPEC = "InvalidSpec"
     FORENSICS_KEPT = "ForensicsKept"
     FORENSICS_FAILED = "ForensicsFailed"
@@ -42,4 +45,4 @@ WARNINGS = frozenset({EventReason.DRAIN_FAILED, EventReason.EVICTION_REFUSED, Ev
                       EventReason.REMEDIATION_FAILED, EventReason.REMEDIATION_INEFFECTIVE,
                       EventReason.REMEDIATION_REVERT_FAILED, EventReason.SIDECAR_INJECTION_FAILED,
                       EventReason.SIDECAR_REMOVAL_FAILED, EventReason.INVALID_SPEC,
-                      EventReason.TEMPLATES_HELD, EventReason.FORENSICS_FAILED})
+                      EventReason.TEMPLATES_HELD, EventReason.STATUS_RECORD_DROPPED, EventReason.FORENSICS_FAILED})

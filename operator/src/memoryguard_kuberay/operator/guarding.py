@@ -221,8 +221,10 @@ class GuardReconciler:
         """The next step of every rotation in flight (rotation.py)."""
         assert run.found is not None
         spec, ledger, metrics = run.found.spec, self.mem.ledger, self.ctx.metrics
-        changed = False
-        says: list[Say] = []
+        dropped = ledger.vet(run.found.pods, guard=self.name, guarded=lambda p: clusters.is_guarded(spec, p),
+                             max_unavailable=spec.policy.max_unavailable)
+        changed = bool(dropped)
+        says: list[Say] = [say(EventReason.STATUS_RECORD_DROPPED, why) for why in dropped]
         for uid, rot in list(ledger.inflight.items()):
             if rot.phase is Phase.DRAINING and self.evidence.collecting_for(uid):
                 continue  # its evidence first (never past the forensics deadline)

@@ -12,7 +12,7 @@ import dataclasses
 import enum
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from memoryguard_kuberay.operator import podinfo as pi
@@ -105,6 +105,10 @@ class Ledger:
     # last hour: the hourly cap counts every eviction, whatever came of it
     # (issue 23: it saw only the last 20 recorded, and not those that failed).
     evicted_at: list[float] = dataclasses.field(default_factory=list)
+    # Rotations read back from the status and not yet checked against the
+    # pods: whoever may patch a guard's status could have written them
+    # (issue 44, 2), so none evicts before ``vet`` has passed it.
+    unvetted: set[str] = dataclasses.field(default_factory=set)
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> Ledger:
@@ -124,7 +128,37 @@ class Ledger:
                 rot.get("evictedLastHour"), list) else []:
             if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
                 evicted.append(float(t))
-        return cls(inflight, recent, total, evicted)
+        return cls(inflight, recent, total, evicted, set(inflight))
+
+    def vet(self, pods: Iterable[pi.PodInfo], *, guard: str, guarded: Callable[[pi.PodInfo], bool],
+            max_unavailable: int) -> list[str]:
+        """Rotations read back from the status, held to what the operator
+        itself would have started: one before its eviction must be of a pod
+        this guard guards (the head only where it includes it), carry this
+        guard's marks (written on the pod before the status, always), and
+        fit the group's maxUnavailable (the oldest kept). Those that do not
+        are dropped; returns why, for each. A rotation past its eviction
+        evicts nothing more and is kept."""
+        by_uid = {p.uid: p for p in pods}
+        dropped: list[str] = []
+        kept: dict[tuple[str, str], int] = {}
+        for uid in sorted(self.unvetted & set(self.inflight), key=lambda u: self.inflight[u].requested_at):
+            rot, pod = self.inflight[uid], by_uid.get(uid)
+            if rot.phase in (Phase.DRAINING, Phase.EVICTING) and pod is not None:
+                why = ("it is not a pod this guard guards" if not guarded(pod) or (pod.cluster, pod.group)
+                       != (rot.cluster, rot.group) else
+                       "the pod does not carry this guard's rotation marks"
+                       if pod.annotations.get(pi.ANN_GUARD) != guard or not pod.rotation_phase else
+                       f"its group has {max_unavailable} rotation(s) in flight already (maxUnavailable)"
+                       if kept.get((pod.cluster, pod.group), 0) >= max_unavailable else None)
+                if why:
+                    del self.inflight[uid]
+                    dropped.append(f"the status's rotation of {rot.pod[:253]} was dropped, never carried out: "
+                                   f"{why}")
+                    continue
+            kept[(rot.cluster, rot.group)] = kept.get((rot.cluster, rot.group), 0) + 1
+        self.unvetted.clear()
+        return dropped
 
     def to_status(self) -> dict[str, Any]:
         last = self.recent[-1] if self.recent else {}
