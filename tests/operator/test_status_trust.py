@@ -83,3 +83,33 @@ def test_a_rotation_past_its_eviction_is_kept_as_it_evicts_nothing_more() -> Non
     ledger = Ledger.from_status(_forged([_pod("w-1", "x")], phase="replacing"))
     assert ledger.vet([], guard=GUARD, guarded=lambda p: False, max_unavailable=1) == []
     assert list(ledger.inflight) == ["uid-w-1"]
+
+
+def test_a_revert_refuses_a_forged_record_of_what_was_there() -> None:
+    """The RayCluster's memoryguard.io/remediation-previous is read back as a
+    revert writes it: a record MemoryGuard could not have written
+    (LD_PRELOAD=/tmp/evil.so where jemalloc's library stood alone) is
+    refused, and the template is left as it is."""
+    import copy
+    import json
+
+    from memoryguard_kuberay.operator import patches
+    from memoryguard_kuberay.operator.guardspec import Jemalloc
+
+    rc = copy.deepcopy(RC)
+    rc["metadata"]["resourceVersion"] = "3"
+    env = patches.jemalloc_env(Jemalloc(), None)
+    from memoryguard_kuberay.devkit.emulator.patching import json_patch
+
+    done = json_patch(rc, patches.remediation_patch(rc, "workers", env, record="test"))
+    assert patches.revert_patch(done, "workers", env) != []  # the record as MemoryGuard wrote it: reverted
+    forged = copy.deepcopy(done)
+    notes = forged["metadata"]["annotations"]
+    was = json.loads(notes[patches.PREVIOUS_ANNOTATION])
+    was["workers"]["LD_PRELOAD"] = {"name": "LD_PRELOAD", "value": "/tmp/evil.so"}
+    notes[patches.PREVIOUS_ANNOTATION] = json.dumps(was)
+    out = patches.revert_patch(forged, "workers", env)
+    assert isinstance(out, str) and "not one MemoryGuard wrote" in out and "refused" in out
+    was["workers"]["LD_PRELOAD"] = {"name": "LD_PRELOAD", "valueFrom": {"secretKeyRef": {"name": "x", "key": "y"}}}
+    notes[patches.PREVIOUS_ANNOTATION] = json.dumps(was)
+    assert isinstance(patches.revert_patch(forged, "workers", env), str)

@@ -248,6 +248,9 @@ def revert_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str, str
             return f"{name} in group {group} is no longer what MemoryGuard set: left as it is"
         ops.append({"op": "test", "path": f"{cpath}/{idx}", "value": env[idx]})
         before = was[name]
+        forged = _not_ours(name, value, before)
+        if forged:
+            return f"the record of what {name} was in group {group} is not one MemoryGuard wrote ({forged}): refused"
         if isinstance(before, dict) and isinstance(before.get("name"), str):
             ops.append({"op": "replace", "path": f"{cpath}/{idx}", "value": before})
         else:
@@ -267,6 +270,23 @@ def revert_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str, str
             doc.pop(group, None)
     return ops + _annotation_ops(rc, {REMEDIATION_ANNOTATION: _compact(history),
                                       PREVIOUS_ANNOTATION: _compact(previous)})
+
+
+def _not_ours(name: str, set_value: str, before: Any) -> str:
+    """Why ``before`` (read from the RayCluster's annotation, which anyone who
+    may edit the RayCluster can write) cannot be what MemoryGuard recorded,
+    or "" (issue 44, 2). It must be absent (null) or an env entry of that
+    name; and since jemalloc's ``LD_PRELOAD`` is the library put before what
+    was there, what was there is what follows it, and nothing else."""
+    if before is None:
+        return "" if name != "LD_PRELOAD" or ":" not in set_value else "LD_PRELOAD had libraries after jemalloc's"
+    if not isinstance(before, dict) or before.get("name") != name or set(before) - {"name", "value", "valueFrom"}:
+        return "not an env entry of that name"
+    if name == "LD_PRELOAD":
+        rest = set_value.split(":", 1)[1] if ":" in set_value else None
+        if before.get("value") != rest or "valueFrom" in before:
+            return "not the libraries that followed jemalloc's"
+    return ""
 
 
 def _revert_env_from(rc: Mapping[str, Any], group: str, i: int, containers: Sequence[Mapping[str, Any]],
