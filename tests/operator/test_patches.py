@@ -174,9 +174,10 @@ def test_a_stale_patch_is_refused() -> None:
 
 
 def test_the_pods_remediation_env_is_read_by_the_names_the_remediations_set() -> None:
-    """podinfo reads a pod's remediation env by name prefix (the review tells
-    the remediated template by it): every variable a remediation sets is read."""
+    """podinfo reads a pod's remediation env by name (the review tells the
+    remediated template by it): every variable a remediation sets is read,
+    and no other name (a hostile pod's are not kept: issue 44, 1)."""
     from memoryguard_kuberay.operator import podinfo
 
     names = {*patches.jemalloc_env(Jemalloc(), None), *patches.spilling_env(Spilling()), *patches.CALL_SITES_ENV}
-    assert all(n.startswith(podinfo.REMEDY_ENV_PREFIXES) for n in names), names
+    assert names == podinfo.REMEDY_ENV_NAMES, names

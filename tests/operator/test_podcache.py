@@ -177,3 +177,26 @@ async def test_a_cache_that_fails_on_an_event_is_not_read_as_fresh(
     await asyncio.sleep(0.4)
     with pytest.raises(ApiError, match="RuntimeError: a bug"):
         await caches.pods("ns", "g", ["rc"], wait_s=1)
+
+
+def test_what_a_pod_carries_is_kept_within_a_bound_whatever_it_sends() -> None:
+    """Issue 44, 1: every memoryguard.io/ annotation (4 KiB each, any number)
+    and every env name starting with a remediation's were kept. Now: the
+    annotations the operator reads, cut to 512 characters; the remediation
+    env by exact name."""
+    import sys
+
+    from memoryguard_kuberay.operator import podinfo as pi
+
+    def hostile(n: int) -> dict[str, Any]:
+        return {"metadata": {"name": f"p{n}", "uid": f"u{n}", "namespace": "t", "labels": {
+            pi.LABEL_CLUSTER: "rc", pi.LABEL_GROUP: "w"}, "annotations": {
+            **{f"memoryguard.io/pad-{i}": "x" * 4096 for i in range(62)}, pi.ANN_REASON: "r" * 100_000}},
+            "spec": {"containers": [{"name": "ray", "env": [
+                {"name": "LD_PRELOAD" + "x" * 100_000 + str(i), "value": "v"} for i in range(200)]}]}}
+
+    info = pi.pod_info(hostile(0))
+    assert list(info.annotations) == [pi.ANN_REASON] and len(info.annotations[pi.ANN_REASON]) == pi.MAX_ANNOTATION
+    assert info.remedy_env == {}
+    kept = sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in info.annotations.items())
+    assert kept < 2048, kept

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 ANN_PREFIX = "memoryguard.io/"
-MAX_ANNOTATION = 4096  # characters of one annotation kept
+MAX_ANNOTATION = 512  # characters of one annotation kept (the operator writes at most 256)
 ANN_REQUESTED_AT = "memoryguard.io/rotation-requested-at"
 ANN_REASON = "memoryguard.io/rotation-reason"
 ANN_PHASE = "memoryguard.io/rotation-phase"  # draining | evicting
@@ -22,6 +22,7 @@ ANN_ROTATE = "memoryguard.io/rotate"  # set by a user: "now"
 # What a rotation writes on a pod, and takes back when it ends without the
 # pod going (or when its guard is deleted).
 ROTATION_ANNOTATIONS = (ANN_REQUESTED_AT, ANN_REASON, ANN_PHASE, ANN_GUARD, ANN_DRAIN)
+READ_ANNOTATIONS = (*ROTATION_ANNOTATIONS, ANN_ROTATE)  # all the pod cache keeps of a pod's annotations
 
 LABEL_CLUSTER = "ray.io/cluster"
 LABEL_NODE_TYPE = "ray.io/node-type"
@@ -33,8 +34,9 @@ MAX_LABEL = 63  # a label value's longest valid length
 SIDECAR_NAME = "memoryguard-sidecar"  # the container the operator injects
 # The env a remediation sets, read off a pod's Ray container: which pods run
 # the remediated template (the review compares them with those before).
-REMEDY_ENV_PREFIXES = ("LD_PRELOAD", "MALLOC_CONF", "RAY_object_spilling", "RAY_min_spilling_size",
-                       "RAY_record_ref_creation_sites")
+REMEDY_ENV_NAMES = frozenset({"LD_PRELOAD", "MALLOC_CONF", "RAY_object_spilling_threshold",
+                              "RAY_object_spilling_config", "RAY_min_spilling_size",
+                              "RAY_record_ref_creation_sites"})  # exactly these: a name is kept only if it is one
 # A remediation read from a ConfigMap (the Ray container's envFrom names
 # it): the pod shows that, not the values (patches.py says why).
 REMEDY_CONFIGMAP = "memoryguard-remedy"
@@ -111,10 +113,11 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         group=_shared(str(labels.get(LABEL_GROUP, ""))), is_head=labels.get(LABEL_NODE_TYPE) == "head",
         phase=_shared(str(status.get("phase", ""))), ready=ready, terminating=bool(meta.get("deletionTimestamp")),
         created=str(meta.get("creationTimestamp", "")),
-        # Only MemoryGuard's own, each cut short: what else a pod carries
-        # (possibly megabytes) is not kept for it.
-        annotations={str(k): v[:MAX_ANNOTATION] for k, v in ann.items()
-                     if isinstance(v, str) and str(k).startswith(ANN_PREFIX)} or NOTHING,
+        # Only the annotations the operator reads, each cut short: what else
+        # a pod carries (any number of memoryguard.io/ keys, megabytes) is not
+        # kept for it (issue 44, 1: 62 keys of 4 KiB a pod were).
+        annotations={k: _shared(v[:MAX_ANNOTATION]) for k in READ_ANNOTATIONS
+                     if isinstance(v := ann.get(k), str)} or NOTHING,
         injected_sidecar=any(_obj(c).get("name") == SIDECAR_NAME for c in _containers(pod)),
         replica=_shared(str(labels.get(LABEL_REPLICA_NAME, ""))[:MAX_LABEL]),
         **_ray_container(pod),
@@ -128,7 +131,7 @@ def _ray_container(pod: Mapping[str, Any]) -> dict[str, Any]:
     raw_env = ray.get("env")
     env = [_obj(e) for e in (raw_env if isinstance(raw_env, list) else [])[:MAX_ENV_READ]]
     remedy = {_shared(e["name"]): _shared(e["value"][:MAX_VALUE]) for e in env if isinstance(e.get("name"), str)
-              and isinstance(e.get("value"), str) and e["name"].startswith(REMEDY_ENV_PREFIXES)} or NOTHING
+              and isinstance(e.get("value"), str) and e["name"] in REMEDY_ENV_NAMES} or NOTHING
     raw_from = ray.get("envFrom")
     sources = [_obj(_obj(e).get("configMapRef")).get("name") for e in
                (raw_from if isinstance(raw_from, list) else [])[:MAX_ENV_READ]]
