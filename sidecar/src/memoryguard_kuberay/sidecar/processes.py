@@ -4,9 +4,9 @@ rotation (``GET /v1/processes``).
 With ``shareProcessNamespace`` the sidecar sees the Ray container's
 processes. psutil reads each one's USS and PSS from ``smaps_rollup`` (one
 small file per process, not the full ``smaps``), its name and its command
-line, cut short and with the values of secret-shaped arguments redacted
-(``redact``: Ray's ``--redis_password``, tokens, keys, URL passwords); a
-process's environment is never read. Bounded whatever the pod holds: at most ``max_scan``
+line's shape (``shape``: the program, Ray's titles, scripts and modules,
+flags by name; no argument's value), cut short; a process's environment is
+never read. Bounded whatever the pod holds: at most ``max_scan``
 processes are looked at, within ``budget_s``, and ``limit`` are kept.
 """
 
@@ -27,25 +27,41 @@ MAX_SCAN = 2048
 BUDGET_S = 5.0
 
 
-# Argument names that carry secrets (Ray's --redis_password, a --token, an
-# --api-key, AWS_SECRET_ACCESS_KEY=...): their values are never served.
-_SECRET_NAME = r"[A-Za-z0-9_.-]*(?:passw(?:or)?d|pwd|token|secret|api[_-]?key|access[_-]?key|private[_-]?key|" \
-               r"credential|auth|cookie|signature)[A-Za-z0-9_.-]*"
-_FLAG_EQUALS = re.compile(rf"((?:^|\s)-{{1,2}}{_SECRET_NAME}=)(\S+)", re.IGNORECASE)
-_FLAG_SPACE = re.compile(rf"((?:^|\s)-{{1,2}}{_SECRET_NAME}\s+)(?!-)(\S+)", re.IGNORECASE)
-_ASSIGNMENT = re.compile(rf"((?:^|\s){_SECRET_NAME}=)(\S+)", re.IGNORECASE)
-_URL_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s/:@]*:)[^\s/@]+(@)", re.IGNORECASE)
-REDACTED = "<redacted>"
+# What of a command line is served: its shape, never a value (issue 44, 7:
+# a deny-list of secret-shaped names missed 18 of 27 shapes: --pass=X,
+# -p X, curl -u user:X, "Authorization: Bearer X", ?X-Amz-Signature=X, ...).
+# An allow-list of argument shapes: the program's name, Ray's process titles
+# (ray::Actor.method: what the forensics reads), a script's or module's
+# name, and flags by name alone; every other argument, and every value
+# (after = or not), is one mark. Enough to tell processes apart and match
+# them across two artifacts (forensics --diff), nothing a secret can hide in.
+_PROGRAM = re.compile(r"^[\w.+-]{1,64}$")
+_TITLE = re.compile(r"^ray::[\w.:<>-]{1,120}$")
+_SCRIPT = re.compile(r"^[\w./-]{1,160}\.(?:py|sh)$")
+_MODULE = re.compile(r"^[A-Za-z_][\w.]{0,100}$")
+_FLAG = re.compile(r"^(--?[A-Za-z][\w-]{0,60})(=.*)?$")
+_SUBCOMMAND = re.compile(r"^[a-z][a-z-]{1,30}$")  # "ray start": right after the program only
+HIDDEN = "\u2026"  # one mark for an argument or a value not served
 
 
-def redact(cmd: str) -> str:
-    """The command line with the values of secret-shaped arguments replaced:
-    ``--redis_password=x``, ``--token x``, ``API_KEY=x``, ``redis://u:x@h``.
-    Purely computational."""
-    cmd = _FLAG_EQUALS.sub(rf"\1{REDACTED}", cmd)
-    cmd = _FLAG_SPACE.sub(rf"\1{REDACTED}", cmd)
-    cmd = _ASSIGNMENT.sub(rf"\1{REDACTED}", cmd)
-    return _URL_USERINFO.sub(rf"\1{REDACTED}\2", cmd)
+def shape(argv: list[str]) -> str:
+    """The command line as served: see above. Purely computational."""
+    out: list[str] = []
+    after_m = False
+    for i, raw in enumerate(argv):
+        a = raw.strip()
+        if i == 0:
+            name = os.path.basename(a)
+            out.append(a if _TITLE.match(a) else name if _PROGRAM.match(name) else HIDDEN)
+        elif _TITLE.match(a) or (after_m and _MODULE.match(a)) or (_SCRIPT.match(a) and "=" not in a) \
+                or (i == 1 and _SUBCOMMAND.match(a)):
+            out.append(a)
+        elif (flag := _FLAG.match(a)) is not None:
+            out.append(flag.group(1) + (f"={HIDDEN}" if flag.group(2) else ""))
+        elif not out or out[-1] != HIDDEN:
+            out.append(HIDDEN)
+        after_m = a == "-m"
+    return " ".join(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +85,7 @@ def _one(pid: int) -> ProcessMemory | None:
             mem = p.memory_full_info()  # smaps_rollup: uss, pss; statm: rss
             name = p.name()[:64]
             # Ray's workers pad their titles with spaces: runs of them say nothing.
-            cmd = redact(" ".join(" ".join(p.cmdline()).split()))
+            cmd = shape(" ".join(p.cmdline()).split())
     except (psutil.Error, OSError, ValueError):
         return None  # gone, or not ours to read
     if mem.rss == 0:
