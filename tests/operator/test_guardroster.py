@@ -77,3 +77,21 @@ def test_the_guards_are_listed_in_pages() -> None:
     guards = asyncio.run(kube.list_guards("team-a"))
     assert len(guards) == total and [g["metadata"]["name"] for g in guards[-2:]] == [f"g{total - 2}", f"g{total - 1}"]
     assert len(asked) == 3 and all(q["limit"] == str(LIST_PAGE) for q in asked)
+
+
+def test_a_namespaces_list_is_not_kept_past_its_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44, 5: a deleted namespace's last list (its guards, padded by a
+    tenant) was held for ever; a list past its time goes when another is made."""
+    import asyncio
+
+    class Kube:
+        async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
+            return [{"metadata": {"name": "g", "namespace": namespace}}]
+
+    clock = [1000.0]
+    roster = guardroster.GuardRoster(Kube(), ttl_s=5.0)  # type: ignore[arg-type]
+    monkeypatch.setattr(guardroster.time, "monotonic", lambda: clock[0])
+    asyncio.run(roster.guards("gone"))
+    clock[0] += 10.0
+    asyncio.run(roster.guards("other"))
+    assert set(roster._lists) == {"other"} and set(roster._locks) == {"other"}

@@ -56,7 +56,14 @@ class GuardRoster:
             if held is not None and time.monotonic() - held[0] < self.ttl_s:
                 return held[1]
             listed = await self.kube.list_guards(namespace)
-            self._lists[namespace] = (time.monotonic(), listed)
+            now = time.monotonic()
+            self._lists[namespace] = (now, listed)
+            # Lists past their time are not kept (a deleted namespace's last
+            # list held its padded guards for ever: issue 44, 5).
+            for ns in [ns for ns, (at, _) in self._lists.items() if now - at >= self.ttl_s]:
+                del self._lists[ns]
+                if not self._locks[ns].locked():
+                    del self._locks[ns]
             return listed
 
     def forget(self, namespace: str) -> None:

@@ -142,6 +142,8 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
         ctx.shards.delist(ns, nm)
         if reconciler is not None:
             await reconciler.close()
+        if stopped.reason is not None and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
+            ctx.metrics.drop_guard(ns, nm)  # gone for good: none of its series stays
 
 
 @kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL)
