@@ -32,6 +32,7 @@ class EventReason(str, enum.Enum):
     # What was read back from a guard's status (or a RayCluster's records)
     # and refused: it did not meet what the operator itself would have done.
     STATUS_RECORD_DROPPED = "StatusRecordDropped"
+    ASK_IGNORED = "RotateAnnotationIgnored"  # a memoryguard.io/rotate value not taken
     INVALID_SPEC = "InvalidSpec"
     FORENSICS_KEPT = "ForensicsKept"
     FORENSICS_FAILED = "ForensicsFailed"
@@ -45,4 +46,5 @@ WARNINGS = frozenset({EventReason.DRAIN_FAILED, EventReason.EVICTION_REFUSED, Ev
                       EventReason.REMEDIATION_FAILED, EventReason.REMEDIATION_INEFFECTIVE,
                       EventReason.REMEDIATION_REVERT_FAILED, EventReason.SIDECAR_INJECTION_FAILED,
                       EventReason.SIDECAR_REMOVAL_FAILED, EventReason.INVALID_SPEC,
-                      EventReason.TEMPLATES_HELD, EventReason.STATUS_RECORD_DROPPED, EventReason.FORENSICS_FAILED})
+                      EventReason.TEMPLATES_HELD, EventReason.STATUS_RECORD_DROPPED, EventReason.ASK_IGNORED,
+                      EventReason.FORENSICS_FAILED})

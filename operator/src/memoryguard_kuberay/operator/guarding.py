@@ -299,6 +299,12 @@ class GuardReconciler:
             decided += await self.act(found, j.pod, j.track, decisions)
             views[j.pod.name] = _view(Judged(j.pod, j.track, decisions))
         run.views = [views[k] for k in sorted(views)]
+        for p in found.guarded:  # a user's ask the operator does not take: said once a pod
+            if (value := p.ask_ignored) is not None and p.uid not in self.mem.remembered.ignored:
+                self.mem.remembered.ignored.add(p.uid)
+                decided += Decided((say(EventReason.ASK_IGNORED, (
+                    f"{p.name}: {pi.ANN_ROTATE}={value[:64]!r} is not a value MemoryGuard takes: set it to "
+                    f"{' or '.join(pi.ROTATE_VALUES)} to ask for a rotation"), pod_ref(p.name, p.uid)),))
         self.mem.remembered.forget_pods_except([p.uid for p in found.pods])
         return decided + Decided((), {"rotations": self.mem.ledger.to_status(),
                                       "remembered": self.mem.remembered.to_status()})

@@ -18,7 +18,8 @@ ANN_REASON = "memoryguard.io/rotation-reason"
 ANN_PHASE = "memoryguard.io/rotation-phase"  # draining | evicting
 ANN_GUARD = "memoryguard.io/rotation-guard"
 ANN_DRAIN = "memoryguard.io/rotation-drain"
-ANN_ROTATE = "memoryguard.io/rotate"  # set by a user: "now"
+ANN_ROTATE = "memoryguard.io/rotate"  # set by a user: "now" (or "true")
+ROTATE_VALUES = ("now", "true")  # what the operator takes as a user's ask
 # What a rotation writes on a pod, and takes back when it ends without the
 # pod going (or when its guard is deleted).
 ROTATION_ANNOTATIONS = (ANN_REQUESTED_AT, ANN_REASON, ANN_PHASE, ANN_GUARD, ANN_DRAIN)
@@ -81,7 +82,13 @@ class PodInfo:
 
     @property
     def user_requested(self) -> bool:
-        return self.annotations.get(ANN_ROTATE, "").strip().lower() == "now"
+        return self.annotations.get(ANN_ROTATE, "").strip().lower() in ROTATE_VALUES
+
+    @property
+    def ask_ignored(self) -> str | None:
+        """A ``memoryguard.io/rotate`` value the operator does not take."""
+        value = self.annotations.get(ANN_ROTATE)
+        return None if value is None or self.user_requested else value
 
 
 def _obj(x: Any) -> Mapping[str, Any]:

@@ -6,7 +6,9 @@ the policy the same inputs (issue 23: these lived only in memory).
 - ``planned``: pods a dry run already reported as ones it would rotate;
 - ``remediated``: (cluster, group, kind) already patched or recommended;
 - ``advised``: (cluster, group) whose plateau the policy already advised on
-  (a policy input: it advises once per group, as ``simulate`` once per trace).
+  (a policy input: it advises once per group, as ``simulate`` once per trace);
+- ``ignored``: pods whose ``memoryguard.io/rotate`` value the operator does
+  not take, already told so (a Warning once a pod).
 
 Bounded whatever the status holds. Purely computational.
 """
@@ -38,6 +40,7 @@ class Remembered:
     planned: set[str] = dataclasses.field(default_factory=set)  # pod uids
     remediated: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
     advised: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    ignored: set[str] = dataclasses.field(default_factory=set)  # pod uids
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> Remembered:
@@ -45,13 +48,17 @@ class Remembered:
         raw = raw if isinstance(raw, Mapping) else {}
         return cls(planned={p for (p,) in _strings(raw.get("plannedPods"), 1)},
                    remediated={(c, g, k) for c, g, k in _strings(raw.get("remediated"), 3)},
-                   advised={(c, g) for c, g in _strings(raw.get("advised"), 2)})
+                   advised={(c, g) for c, g in _strings(raw.get("advised"), 2)},
+                   ignored={p for (p,) in _strings(raw.get("ignoredAsks"), 1)})
 
     def to_status(self) -> dict[str, Any]:
         return {"plannedPods": sorted(self.planned)[:MAX_ITEMS],
                 "remediated": sorted(_SEP.join(k) for k in self.remediated)[:MAX_ITEMS],
-                "advised": sorted(_SEP.join(k) for k in self.advised)[:MAX_ITEMS]}
+                "advised": sorted(_SEP.join(k) for k in self.advised)[:MAX_ITEMS],
+                "ignoredAsks": sorted(self.ignored)[:MAX_ITEMS]}
 
     def forget_pods_except(self, live_uids: Collection[str]) -> None:
         """A pod that is gone is never planned again: forget it."""
-        self.planned &= set(live_uids)
+        live = set(live_uids)
+        self.planned &= live
+        self.ignored &= live

@@ -1,0 +1,44 @@
+"""Issue 42, 3: docs/runbooks.md said ``memoryguard.io/rotate=true`` and the
+operator took only ``now``: ``true`` did nothing, with no Event, no status,
+no log line. Both are taken now; any other value gets one Warning on the
+pod saying what is taken."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from memoryguard_kuberay.operator import guarding, sidecar_client
+from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.sidecar_client import Poll
+
+from .test_cycle_steps import GUARD, NS, RC, SPEC, FakeKube, FakePods, FixedClock, _context, _guard, _pod
+
+
+@pytest.mark.parametrize("value, taken", [("now", True), ("true", True), ("True ", True), ("yes", False),
+                                          ("", False)])
+def test_the_values_taken(value: str, taken: bool) -> None:
+    p = _pod("w", "127.0.0.11")
+    p["metadata"]["annotations"] = {pi.ANN_ROTATE: value}
+    info = pi.pod_info(p)
+    assert info.user_requested is taken and (info.ask_ignored is None) is taken
+
+
+def test_a_value_not_taken_is_said_once_on_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _pod("w-asked", "127.0.0.11")
+    asked["metadata"]["annotations"] = {pi.ANN_ROTATE: "please"}
+    kube = FakeKube(RC, _guard(SPEC))
+    ctx = _context(kube, FakePods([asked, _pod("w-2", "127.0.0.12")]), FixedClock())
+
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        return Poll((), None, 0.01)
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    loop = guarding.GuardReconciler(ctx, NS, GUARD)
+    asyncio.run(loop.cycle(kube.guard))
+    asyncio.run(loop.cycle(kube.guard))
+    events = [v for k, v in kube.log if k == "event"]
+    assert events.count("RotateAnnotationIgnored") == 1, events
+    assert loop.mem.status["remembered"]["ignoredAsks"] == ["uid-w-asked"]
