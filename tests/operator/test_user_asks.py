@@ -42,3 +42,34 @@ def test_a_value_not_taken_is_said_once_on_the_pod(monkeypatch: pytest.MonkeyPat
     events = [v for k, v in kube.log if k == "event"]
     assert events.count("RotateAnnotationIgnored") == 1, events
     assert loop.mem.status["remembered"]["ignoredAsks"] == ["uid-w-asked"]
+
+
+def test_a_pending_pod_and_a_pod_made_before_the_sidecar_degrade_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42, 1 and 2: a worker waiting for a node read SidecarUnreachable
+    and made the guard Degraded (two alerts after 10 and 15 minutes); a pod
+    made before the injection read "Connect call failed" for ever. Each has
+    its own verdict, saying why, and the guard is not Degraded for them."""
+    pending = _pod("w-pending", "")
+    pending["status"] = {"phase": "Pending"}
+    early = _pod("w-early", "127.0.0.12")  # no sidecar container: made before the injection
+    spec = {**SPEC, "sidecar": {"inject": True}}
+    kube = FakeKube(RC, _guard(spec))
+    ctx = _context(kube, FakePods([pending, early]), FixedClock())
+    asked: list[str] = []
+
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        asked.append(ip)
+        return Poll((), "Connect call failed", 0.01)
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    loop = guarding.GuardReconciler(ctx, NS, GUARD)
+    asyncio.run(loop.cycle(kube.guard))
+    st = loop.mem.status
+    assert asked == []
+    assert st["pods"]["w-pending"]["pollFailure"] == "PodNotRunning" and "Pending" in st["pods"]["w-pending"][
+        "sidecarError"]
+    assert st["pods"]["w-early"]["pollFailure"] == "NoSidecar"
+    assert "gets the sidecar when it is replaced" in st["pods"]["w-early"]["sidecarError"]
+    degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "False", degraded
+    assert st["summary"]["sidecarUnreachable"] == 0 and st["summary"]["notAsked"] == 2

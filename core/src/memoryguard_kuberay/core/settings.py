@@ -102,7 +102,8 @@ SETTINGS_TABLE: tuple[SettingSpec, ...] = (
     SettingSpec("include_head", "", "includeHead", bool, False, None, None, "",
                 "Allow rotating the head pod (it restarts the whole cluster's control plane)."),
     SettingSpec("dry_run", "", "dryRun", bool, False, None, None, "",
-                "Decide and report everything, change nothing."),
+                "Decide and report everything, change no workload: no rotation, remediation or budget (the sidecar is "
+                "still injected where sidecar.inject asks: the observer, for new pods)."),
 )
 
 # Settings given in the spec as percent but held as fractions.

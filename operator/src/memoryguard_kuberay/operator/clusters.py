@@ -97,7 +97,9 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
     templates KubeRay would not take as a change for new pods alone
     (kuberayrules.template_hold) is left as it is, said once (a Warning
     when it is first held: ``held_before`` lists those already said). A
-    dry run changes nothing: it only finds which clusters are held."""
+    dry run injects the sidecar (the observer: new pods get it, no running
+    pod is touched, and without it a dry run has no figures to report:
+    issue 42, 1) and keeps no budget (budgets gate evictions it never makes)."""
     says: list[Say] = []
     held: dict[str, kuberayrules.Held] = {}
     ours = await our_budgets(kube, namespace, clusters) if spec.pdb.enabled and clusters and not dry_run else {}
@@ -108,8 +110,6 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
             held[name] = hold
             if name not in held_before:
                 says.append(say(EventReason.TEMPLATES_HELD, hold.message, rc))
-        if dry_run:
-            continue
         if spec.sidecar.inject and hold is None:
             ops = patches.inject_patch(rc, spec.sidecar, groups=spec.selection.worker_groups,
                                        include_head=spec.policy.include_head, native=native_sidecar)
@@ -120,7 +120,7 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
                                     f"RayCluster {name}; pods get it as KubeRay creates them", rc))
                 except ApiError as e:
                     says.append(say(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}", rc))
-        if spec.pdb.enabled:
+        if spec.pdb.enabled and not dry_run:
             await keep_budgets(kube, namespace=namespace, guard=guard, spec=spec, rc=rc, ours=ours)
     return SetUp(says, held)
 

@@ -183,8 +183,8 @@ class GuardReconciler:
         return NOTHING
 
     async def set_up_clusters(self, run: Run) -> Decided:
-        """The sidecar injected and the budgets kept (never in a dry run:
-        then only which clusters' templates are held is found and said)."""
+        """The sidecar injected and the budgets kept (a dry run injects the
+        sidecar, the observer, and keeps no budget: clusters.set_up)."""
         assert run.spec is not None and run.selected is not None
         before = self.mem.status.get("templatesHeld") or {}
         done = await clusters.set_up(self.ctx.kube, namespace=self.namespace, guard=run.body, spec=run.spec,
@@ -282,7 +282,8 @@ class GuardReconciler:
             port=found.spec.sampling.sidecar_port, timeout_s=found.spec.sampling.timeout_s, clock=self.ctx.clock,
             metrics=self.ctx.metrics, namespace=self.namespace, guard=self.name,
             slots=(self.ctx.namespace_slots.setdefault(self.namespace, asyncio.Semaphore(POLL_CONCURRENCY)),
-                   self.ctx.pod_slots), pool=self.ctx.pod_pool, at_once=POLL_CONCURRENCY)
+                   self.ctx.pod_slots), pool=self.ctx.pod_pool, at_once=POLL_CONCURRENCY,
+            expect_sidecar=found.spec.sidecar.inject)
         judged = await judging.poll_and_judge(found.guarded, self.mem.tracks, how, settings,
                                               lambda p: self.history_for(p, self.ctx.clock.now(), found.groups,
                                                                            found.by_name.get(p.cluster)))

@@ -64,6 +64,8 @@ class Polling:
     # 1 KiB a pod at the start of every cycle, 20 MiB at 20,000 pods).
     at_once: int
     pool: podhttp.Pool | None = None  # connections kept between polls (the operator's, shared by every guard)
+    # The guard injects the sidecar: a pod without it was made before (said so, not polled).
+    expect_sidecar: bool = False
 
 
 def judge(settings: PolicySettings, track: PodState, history: RotationHistory, now: float) -> list[Decision]:
@@ -73,10 +75,19 @@ def judge(settings: PolicySettings, track: PodState, history: RotationHistory, n
 
 
 async def poll_into(p: pi.PodInfo, track: PodState, how: Polling, settings: PolicySettings) -> None:
-    """One poll of one pod, its samples into its window."""
-    if not p.ip or p.phase != "Running":
-        track.error = f"pod is {p.phase or 'pending'} without an IP" if not p.ip else None
-        track.failure = sidecar_client.PollFailure.UNREACHABLE if not p.ip else None
+    """One poll of one pod, its samples into its window. A pod that is not
+    running (Pending: waiting for a node or a quota; going) or that was made
+    before the guard's sidecar was injected is not asked: that is its own
+    verdict, and no fault of the guard's."""
+    if not p.ip or p.phase != "Running" or p.terminating:
+        track.error = ("pod is being deleted: no longer polled" if p.terminating else
+                       f"pod is {p.phase or 'Pending'}{'' if p.ip else ' without an IP'}: polled once it runs")
+        track.failure = sidecar_client.PollFailure.NOT_RUNNING
+        return
+    if how.expect_sidecar and not p.injected_sidecar:
+        track.error = ("made before the sidecar was injected into its template: it gets the sidecar when it is "
+                       "replaced (a rotation, or KubeRay's replacement)")
+        track.failure = sidecar_client.PollFailure.NO_SIDECAR
         return
     since = track.window.last.time_s if track.window.last else None
     started = how.clock.now()

@@ -81,6 +81,13 @@ class PollFailure(str, enum.Enum):
     BAD_ANSWER = "BadAnswer"  # an answer that could not be read: not HTTP, not JSON, too large, cut short
     WRONG_POD = "WrongPod"  # an answer from another pod (a reused IP), or naming none where it must
     STALE = "SamplesStale"  # only samples older than the policy's window
+    # Not asked at all, and no fault of the guard's (issue 42, 1 and 2):
+    NOT_RUNNING = "PodNotRunning"  # Pending (waiting for a node, a quota), or going: polled once it runs
+    NO_SIDECAR = "NoSidecar"  # made before the sidecar was injected: it gets one when it is replaced
+
+
+# Poll failures that are the pod's state, not a broken guard: they degrade nothing.
+NOT_FAULTS = frozenset({PollFailure.NOT_RUNNING, PollFailure.NO_SIDECAR})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from memoryguard_kuberay.core.policy import Action, Decision, Reason, urgency
 from memoryguard_kuberay.core.policy.trend import median
 from memoryguard_kuberay.operator import ledger
 from memoryguard_kuberay.operator.decided import BRIEF_MAX
-from memoryguard_kuberay.operator.sidecar_client import PollFailure
+from memoryguard_kuberay.operator.sidecar_client import NOT_FAULTS, PollFailure
 
 AT_RISK = frozenset({Reason.PROJECTED_OOM, Reason.CRITICAL_USAGE, Reason.MEMORY_PRESSURE, Reason.OOM_KILLED,
                      Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL, Reason.ROTATION_DEFERRED,
@@ -148,7 +148,10 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
     ``held``: RayClusters whose templates are left alone, with why
     ({"reason", "message"}: kuberayrules.py), as the status keeps them."""
     prev_conds = previous.get("conditions") or []
-    unreachable = sorted(p.name for p in pods if p.sidecar_error)
+    # A pod not running yet (or going), or made before the sidecar was
+    # injected, has its own verdict and degrades nothing (issue 42, 1 and 2).
+    waiting = sorted(p.name for p in pods if p.sidecar_error and p.failure in NOT_FAULTS)
+    unreachable = sorted(p.name for p in pods if p.sidecar_error and p.failure not in NOT_FAULTS)
     blind = sorted(p.name for p in pods if p.blind and not p.sidecar_error)
     at_risk = sum(1 for p in pods if p.decision.reason in AT_RISK or p.decision.action is Action.ROTATE)
     if refused:
@@ -188,12 +191,14 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
             condition("Reporting", bool(pods) and not unreachable and not blind,
                       "SidecarUnreachable" if unreachable else "NoMemorySource" if blind else
                       "AllReporting" if pods else "NoPods",
-                      f"{len(pods) - len(unreachable) - len(blind)} of {len(pods)} guarded pod(s) report memory",
+                      f"{len(pods) - len(unreachable) - len(blind) - len(waiting)} of {len(pods)} guarded pod(s) "
+                      f"report memory" + (f"; {len(waiting)} not asked (not running yet, or made before the "
+                                          f"sidecar): {', '.join(waiting[:10])}" if waiting else ""),
                       now_iso, prev_conds),
             _templates_condition(held or {}, now_iso, prev_conds),
         ],
         "summary": {"clusters": len(clusters), "pods": len(pods), "atRisk": at_risk,
-                    "sidecarUnreachable": len(unreachable), "noMemorySource": len(blind),
+                    "sidecarUnreachable": len(unreachable), "noMemorySource": len(blind), "notAsked": len(waiting),
                     "verdicts": dict(sorted(verdicts.items()))},
         "rotations": dict(rotations),
         "lastAction": (last_action or previous.get("lastAction") or "")[:1024] or None,
