@@ -173,11 +173,12 @@ def _bench(args: argparse.Namespace) -> int:
     result = commands.bench(directory, labels_path=args.labels, guard=args.guard, as_json=args.json,
                             safety_s=args.safety_seconds)
     if not args.no_cost:
-        cost = policy_cost.measure(commands.load_traces([directory]), commands.load_guard_settings(args.guard))
+        cost = policy_cost.measure(commands.load_traces([directory], unreadable={}),
+                                   commands.load_guard_settings(args.guard))
         result["cost"] = cost
         if not args.json:
             print(f"policy cost: {cost['samples']} samples in {cost['cpu_s']} s CPU: "
                   f"{cost['samples_per_s']} samples/s, {cost['us_per_sample']} us/sample")
     if args.json:
         print(json.dumps(result, indent=1))
-    return 0
+    return 1 if result.get("unreadable") else 0  # the others scored, each bad file said

@@ -8,7 +8,7 @@ import io
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -84,14 +84,30 @@ def load_guard(path: str | None) -> tuple[PolicySettings, dict[str, Any]]:
     return settings, values
 
 
-def load_traces(paths: Sequence[str]) -> list[Trace]:
+def load_traces(paths: Sequence[str], *, unreadable: dict[str, str] | None = None) -> list[Trace]:
+    """Every trace of ``paths``. ``unreadable``: a file that cannot be read
+    goes there (path -> why) and the others are read (issue 39, 5: one bad
+    file refused a whole run); without it, the first is a UsageError. None
+    readable is a UsageError either way."""
     files = trace_files(paths or [str(examples_dir())])
     if not files:
         raise UsageError(f"no .csv traces in {', '.join(paths) or examples_dir()}")
-    try:
-        return [read_trace(p) for p in files]
-    except TraceError as exc:
-        raise UsageError(str(exc)) from None
+    out = []
+    for p in files:
+        try:
+            out.append(read_trace(p))
+        except TraceError as exc:
+            if unreadable is None:
+                raise UsageError(str(exc)) from None
+            unreadable[str(p)] = str(exc)
+    if not out:
+        raise UsageError("no trace could be read: " + "; ".join((unreadable or {}).values()))
+    return out
+
+
+def say_unreadable(unreadable: Mapping[str, str], progress: IO[str]) -> None:
+    for path, why in unreadable.items():
+        print(f"error: {path}: not scored: {why}", file=progress)
 
 
 def _in_hours(h: float | None) -> str:
@@ -116,13 +132,26 @@ def check_writable(path: str) -> None:
         raise UsageError(f"{path}: not writable")
 
 
+PICTURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_picture(path: str) -> None:
+    """A picture's file, writable, of a kind it can be drawn as (before the
+    work: ``--plot x.txt`` failed with a traceback after the replay)."""
+    check_writable(path)
+    if Path(path).suffix.lower() not in PICTURE_SUFFIXES:
+        raise UsageError(f"{path}: a picture is drawn as {', '.join(PICTURE_SUFFIXES)}; name the file so")
+
+
 def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: str | None,
              heatmap: str | None = None, out: IO[str] = sys.stdout, progress: IO[str] = sys.stderr) -> int:
     for path in (plot, heatmap):
         if path:
-            check_writable(path)
+            check_picture(path)
     settings = load_guard_settings(guard)
-    traces = load_traces(paths)
+    unreadable: dict[str, str] = {}
+    traces = load_traces(paths, unreadable=unreadable)
+    say_unreadable(unreadable, progress)
     results: list[tuple[Trace, Replay]] = []
     for tr in traces:
         for warning in tr.warnings:
@@ -132,7 +161,10 @@ def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: st
             print(f"[{i}/{len(traces)}] {tr.name} ({len(tr.samples)} samples)", file=progress)
         results.append((tr, replay(tr.name, tr.samples, settings)))
     if as_json:
-        json.dump({"traces": {tr.name: rep.to_dict() for tr, rep in results}}, out, indent=1)
+        doc: dict[str, Any] = {"traces": {tr.name: rep.to_dict() for tr, rep in results}}
+        if unreadable:
+            doc["unreadable"] = unreadable
+        json.dump(doc, out, indent=1)
         out.write("\n")
     else:
         for tr, rep in results:
@@ -154,7 +186,7 @@ def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: st
                 title="projected time to OOM, per trace (a row ends where the policy rotated)",
                 time_label="hours since the pod's start")
         print(f"heat map written to {heatmap}", file=progress)
-    return 0
+    return 1 if unreadable else 0
 
 
 def compare(before: Sequence[str], after: Sequence[str], *, guard: str | None, as_json: bool,
@@ -213,7 +245,9 @@ def _cell(row: scoring.Row) -> str:
 def bench(directory: str, *, labels_path: str | None, guard: str | None, as_json: bool, out: IO[str] = sys.stdout,
           progress: IO[str] = sys.stderr, safety_s: float = scoring.SAFETY_S) -> dict[str, Any]:
     settings = load_guard_settings(guard)
-    traces = load_traces([directory])
+    unreadable: dict[str, str] = {}
+    traces = load_traces([directory], unreadable=unreadable)
+    say_unreadable(unreadable, progress)
     lp = labels_path or str(Path(directory) / "labels.json")
     try:
         labels = read_labels(lp)
@@ -226,7 +260,7 @@ def bench(directory: str, *, labels_path: str | None, guard: str | None, as_json
         return {"policy": pol.totals(), "baseline": bas.totals(),
                 "traces": {r.name: {"kind": r.kind, "policy_s": r.first_rotation_s, "policy": r.outcome,
                                     "baseline_s": b.first_rotation_s, "baseline": b.outcome}
-                           for r, b in zip(pol.rows, bas.rows)}}
+                           for r, b in zip(pol.rows, bas.rows)}, **({"unreadable": unreadable} if unreadable else {})}
     w = max(len(r.name) for r in pol.rows)
     print(f"{'trace':<{w}}  {'kind':<11}  {'memoryguard policy':<24}  {'static 90% baseline':<24}", file=out)
     for r, b in zip(pol.rows, bas.rows):
@@ -235,7 +269,7 @@ def bench(directory: str, *, labels_path: str | None, guard: str | None, as_json
         t = s.totals()
         print(f"{label:>9}: caught {t['caught']}, missed {t['missed']}, false rotations {t['false_rotations']}, "
               f"lead min {_in_hours(t['min_lead_h'])}, median {_in_hours(t['median_lead_h'])}", file=out)
-    return {"policy": pol.totals(), "baseline": bas.totals()}
+    return {"policy": pol.totals(), "baseline": bas.totals(), **({"unreadable": unreadable} if unreadable else {})}
 
 
 def gen_traces(out_dir: str, *, random_n: int | None, seed: int, progress: IO[str] = sys.stderr) -> int:

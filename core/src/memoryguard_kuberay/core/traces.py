@@ -1,9 +1,11 @@
 """Trace files: the CSV format of ``shared/traces`` (one row per sample,
 ``t_s`` seconds since the pod started, bytes as integers).
 
-Reading is strict: a missing column the replay needs, or a cell that is
-not a number (or is negative), is an error naming the file, the line and the
-column. An empty cell is an unknown reading, as the sidecar would report it;
+Reading is strict where a file cannot be meant as a trace: a missing column
+the replay needs, or a cell that is not a number (or is negative), is an
+error naming the file, the line and the column; and tolerant where the
+operator is (see ``Tolerated``: NaN cells, memory_max "max", rows out of
+time order). An empty cell is an unknown reading, as the sidecar would report it;
 a column the policy needs to judge memory that is absent or empty on every
 row is said in ``Trace.warnings`` (the replay would otherwise never act, and
 say nothing).
@@ -57,10 +59,44 @@ def blind_spots(samples: Iterable[Sample], columns: Iterable[str], source: str) 
     return tuple(out)
 
 
-def iter_samples(stream: IO[str], *, source: str = "<stream>") -> Iterator[Sample]:
-    """Samples in order. Time must start at 0 or later and grow from row to
-    row: a shuffled, repeated or negative ``t_s`` is an error naming the line
-    (replaying it would print decisions at times the trace never had)."""
+# Read as the operator reads a sidecar's answer (issue 39, 5): a cell a
+# Prometheus export writes for a failed read is an unknown reading; cgroup
+# v2's own "max" in memory_max is no limit; a row whose time does not come
+# after the one before (an NTP step, a sample written twice) is dropped and
+# counted, as the operator drops samples older than its last.
+UNKNOWN_CELLS = frozenset({"nan", "-nan", "+nan"})
+NO_LIMIT = "max"
+# A median step between samples this long says the times are not seconds
+# (a sidecar samples every 5-60 s; milliseconds read as seconds made an
+# hour's trace "11995.83 h").
+IMPLAUSIBLE_STEP_S = 1000.0
+
+
+@dataclasses.dataclass
+class Tolerated:
+    """What reading a trace let pass, as the live path does, to be said."""
+
+    unknown_cells: int = 0
+    no_limit_cells: int = 0
+    dropped_rows: int = 0
+
+    def warnings(self, source: str) -> list[str]:
+        out = []
+        if self.unknown_cells:
+            out.append(f"{source}: {self.unknown_cells} NaN cell(s) read as unknown readings")
+        if self.no_limit_cells:
+            out.append(f"{source}: memory_max 'max' read as no limit on {self.no_limit_cells} row(s)")
+        if self.dropped_rows:
+            out.append(f"{source}: {self.dropped_rows} row(s) dropped: their t_s did not come after the row before "
+                       "(as the operator drops a sample older than its last)")
+        return out
+
+
+def iter_samples(stream: IO[str], *, source: str = "<stream>", tolerated: Tolerated | None = None) -> Iterator[Sample]:
+    """Samples in order. Time must start at 0 or later; a row whose time does
+    not come after the one before is dropped (counted in ``tolerated``; an
+    error naming the line where none is given), as the operator drops a
+    sample older than its last."""
     reader = csv.DictReader(stream)
     try:
         fields = reader.fieldnames
@@ -79,6 +115,15 @@ def iter_samples(stream: IO[str], *, source: str = "<stream>") -> Iterator[Sampl
                 raw = row.get(column)
                 if column not in _ATTR or raw in (None, ""):
                     continue
+                word = str(raw).strip().lower()
+                if tolerated is not None and column != "t_s" and word in UNKNOWN_CELLS:
+                    row[column] = ""
+                    tolerated.unknown_cells += 1
+                    continue
+                if tolerated is not None and column == "memory_max" and word == NO_LIMIT:
+                    row[column] = ""
+                    tolerated.no_limit_cells += 1
+                    continue
                 value = _number(raw)
                 if value is None:
                     raise TraceError(f"{source}:{lineno}: column {column}: {str(raw)[:40]!r} is not a number")
@@ -91,6 +136,9 @@ def iter_samples(stream: IO[str], *, source: str = "<stream>") -> Iterator[Sampl
             if s.time_s < 0:
                 raise TraceError(f"{source}:{lineno}: t_s {s.time_s:g} is negative")
             if last is not None and s.time_s <= last:
+                if tolerated is not None:
+                    tolerated.dropped_rows += 1
+                    continue
                 raise TraceError(f"{source}:{lineno}: t_s {s.time_s:g} does not come after {last:g} (rows must be "
                                  "in time order, each time once)")
             last = s.time_s
@@ -104,15 +152,21 @@ def read_trace(path: str | Path) -> Trace:
     try:
         if not p.is_file():
             raise TraceError(f"{p}: not a regular file" if p.exists() else f"{p}: No such file")
+        tolerated = Tolerated()
         with p.open(newline="", encoding="utf-8") as f:
-            samples = tuple(iter_samples(f, source=str(p)))
+            samples = tuple(iter_samples(f, source=str(p), tolerated=tolerated))
         with p.open(newline="", encoding="utf-8") as f:
             columns = next(csv.reader(f), [])
     except OSError as exc:
         raise TraceError(f"{p}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise TraceError(f"{p}: not a UTF-8 text file (byte {exc.start}): is it a trace CSV?") from None
-    return Trace(name=p.stem, samples=samples, warnings=blind_spots(samples, columns, str(p)))
+    steps = sorted(b.time_s - a.time_s for a, b in zip(samples, samples[1:]))
+    if steps and steps[len(steps) // 2] >= IMPLAUSIBLE_STEP_S:
+        raise TraceError(f"{p}: the median time between samples is {steps[len(steps) // 2]:g} s: t_s is in seconds "
+                         "(are these milliseconds?)")
+    return Trace(name=p.stem, samples=samples,
+                 warnings=(*tolerated.warnings(str(p)), *blind_spots(samples, columns, str(p))))
 
 
 def write_trace(samples: Iterable[Sample], stream: IO[str]) -> int:

@@ -36,6 +36,9 @@ class ConfigError(ValueError):
     """A MEMORYGUARD_* variable the operator cannot use; the message names it."""
 
 
+FLAG_VALUES = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
 def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
     """Read and check every variable at once, at start: a bad one is a
     ConfigError naming it (the process exits saying so, and a pod
@@ -56,6 +59,12 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
             raise ConfigError(f"MEMORYGUARD_{name}={raw[:40]!r}: must be within [{lo:g}, {hi:g}]")
         return value
 
+    def flag(name: str, default: str) -> bool:
+        raw = get(name, default).strip().lower()
+        if raw not in FLAG_VALUES:
+            raise ConfigError(f"MEMORYGUARD_{name}={raw[:40]!r}: must be true or false (or 1/0, yes/no)")
+        return FLAG_VALUES[raw]
+
     epoch = get("EPOCH", "")
     image = get("SIDECAR_IMAGE", DEFAULT_SIDECAR_IMAGE)
     images = tuple(x.strip() for x in get("SIDECAR_IMAGE_ALLOWLIST", "").split(",") if x.strip())
@@ -69,12 +78,12 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
         metrics_port=number("METRICS_PORT", "8080", int, 0, 65535),
         api_timeout_s=number("API_TIMEOUT_SECONDS", "30", float, 0.1, 3600),
         watch_timeout_s=number("WATCH_TIMEOUT_SECONDS", "300", int, 1, 86400),
-        drain=get("DRAIN", "true").lower() in ("1", "true", "yes"),
+        drain=flag("DRAIN", "true"),
         drain_rpc_timeout_s=number("DRAIN_RPC_TIMEOUT_SECONDS", "15", float, 0.1, 3600),
         time_scale=number("TIME_SCALE", "1", float, 0.001, 1e6),
         epoch=number("EPOCH", epoch, float, 0, 1e11) if epoch else None,
         sidecar_image=image,
         trust=trust,
         max_guards_per_namespace=number("MAX_GUARDS_PER_NAMESPACE", "50", int, 1, 10000),
-        per_pod_metrics=get("POD_METRICS", "false").lower() in ("1", "true", "yes"),
+        per_pod_metrics=flag("POD_METRICS", "false"),
     )

@@ -32,9 +32,11 @@ def main(argv: Sequence[str]) -> int:
                    help="kopf's peering object, without --standalone or --shards (default memoryguard)")
     p.add_argument("--priority", type=int, default=int(os.environ.get("MEMORYGUARD_PRIORITY", "100")),
                    help="kopf's peering priority (default 100)")
-    p.add_argument("--log-level", default=os.environ.get("MEMORYGUARD_LOG_LEVEL", "INFO"),
+    p.add_argument("--log-level", default=os.environ.get("MEMORYGUARD_LOG_LEVEL", "INFO"), type=helptext.log_level,
                    help="DEBUG, INFO, WARNING or ERROR (default INFO)")
-    p.add_argument("--shards", type=_shard_count, default=_shard_count(os.environ.get("MEMORYGUARD_SHARDS", "0")),
+    # A string default: argparse converts it as it converts the flag, so a bad
+    # MEMORYGUARD_SHARDS is the same one-line usage error, never a traceback.
+    p.add_argument("--shards", type=_shard_count, default=os.environ.get("MEMORYGUARD_SHARDS", "0"),
                    help="split the guards into this many shards held on Leases, shared by every replica "
                         "started so (0: act on every guard alone; default 0)")
     p.add_argument("--lease-namespace", default=os.environ.get("MEMORYGUARD_LEASE_NAMESPACE")
@@ -55,6 +57,10 @@ def main(argv: Sequence[str]) -> int:
     try:
         cfg = config.from_env()
         credentials = load_credentials()
+        if cfg.metrics_port:
+            # Said now, once: in kopf's startup a port in use was retried
+            # every 60 s for ever, with a traceback each time.
+            _can_listen(cfg.metrics_host, cfg.metrics_port)
     except (config.ConfigError, NoCredentials) as exc:
         print(f"memoryguard-kuberay operator: {exc}", file=sys.stderr)
         return 2
@@ -90,6 +96,19 @@ def _raise_descriptor_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         except (ValueError, OSError):
             pass  # kept as it is; the pool keeps what the soft limit allows
+
+
+def _can_listen(host: str, port: int) -> None:
+    from memoryguard_kuberay.operator.config import ConfigError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ConfigError(f"MEMORYGUARD_METRICS_PORT={port}: cannot listen on {host}:{port} ({e.strerror}); "
+                              "choose another port, or 0 for no metrics") from None
 
 
 def _shard_count(raw: str) -> int:

@@ -55,7 +55,7 @@ def main(argv: Sequence[str], out: IO[str] = sys.stdout) -> int:
         p.error("--interval and --for must be above 0 and --limit at least 1")
     if a.heatmap:
         try:
-            commands.check_writable(a.heatmap)
+            commands.check_picture(a.heatmap)
         except commands.UsageError as e:
             p.error(f"--heatmap {e}")
     if a.save and not a.once:

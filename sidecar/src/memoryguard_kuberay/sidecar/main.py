@@ -79,7 +79,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="this pod's uid (downward API), sent with the samples so the operator can tell an "
                         "answer from a pod that took over the IP")
     p.add_argument("--pod-name", default=_env("pod_name", ""), help="this pod's name (downward API), likewise")
-    p.add_argument("--log-level", default=_env("log_level", "INFO"),
+    p.add_argument("--log-level", default=_env("log_level", "INFO"), type=helptext.log_level,
                    help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     a = p.parse_args(list(argv))
     host, sep, port = a.listen.rpartition(":")
