@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -161,7 +162,7 @@ def read_trace(path: str | Path) -> Trace:
         raise TraceError(f"{p}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise TraceError(f"{p}: not a UTF-8 text file (byte {exc.start}): is it a trace CSV?") from None
-    steps = sorted(b.time_s - a.time_s for a, b in zip(samples, samples[1:]))
+    steps = sorted(b.time_s - a.time_s for a, b in itertools.pairwise(samples))
     if steps and steps[len(steps) // 2] >= IMPLAUSIBLE_STEP_S:
         raise TraceError(f"{p}: the median time between samples is {steps[len(steps) // 2]:g} s: t_s is in seconds "
                          "(are these milliseconds?)")
