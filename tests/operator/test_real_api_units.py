@@ -78,7 +78,7 @@ def test_every_printer_column_is_at_most_60_characters() -> None:
     status = st.build(generation=1, clusters=["c"], pods=[st.PodView("p" * 200, "g", decision, None)],
                       spec_error=None, missing_clusters=[], rotations={"total": 12}, last_action=long,
                       last_action_brief=brief, now_iso="2026-11-30T00:00:00Z", previous={})
-    obj = {"status": status, "metadata": {"creationTimestamp": "2026-11-30T00:00:00Z"}}
+    obj = {"status": status, "metadata": {"creationTimestamp": "2026-11-30T00:00:00Z"}, "spec": {"dryRun": True}}
     columns = crd.crd()["spec"]["versions"][0]["additionalPrinterColumns"]
     for col in columns:
         value = _evaluate(col["jsonPath"], obj)

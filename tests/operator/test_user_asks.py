@@ -73,3 +73,33 @@ def test_a_pending_pod_and_a_pod_made_before_the_sidecar_degrade_nothing(monkeyp
     degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "False", degraded
     assert st["summary"]["sidecarUnreachable"] == 0 and st["summary"]["notAsked"] == 2
+
+
+@pytest.mark.parametrize("spec, ready, reason", [
+    ({**SPEC, "clusterSelector": {"names": ["rc", "typo-rc"]}}, False, "ClusterNotFound"),
+    ({**SPEC, "workerGroups": ["workers", "wrokers"]}, False, "UnknownWorkerGroup"),
+    (SPEC, True, "Guarding"),
+])
+def test_ready_says_whether_the_guard_guards_what_its_spec_names(spec: dict[str, Any], ready: bool, reason: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42, 4: a misspelled cluster name or a worker group no cluster
+    has read READY True."""
+    class Kube(FakeKube):
+        async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
+            if name != "rc":
+                from memoryguard_kuberay.operator.kube import NotFound
+
+                raise NotFound(404, "NotFound", f"rayclusters {name} not found")
+            return self.rc
+
+    kube = Kube(RC, _guard(spec))
+    ctx = _context(kube, FakePods([_pod("w-1", "127.0.0.11")]), FixedClock())
+
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        return Poll((), None, 0.01)
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    loop = guarding.GuardReconciler(ctx, NS, GUARD)
+    asyncio.run(loop.cycle(kube.guard))
+    cond = next(c for c in loop.mem.status["conditions"] if c["type"] == "Ready")
+    assert (cond["status"] == "True", cond["reason"]) == (ready, reason), cond

@@ -169,6 +169,12 @@ async def keep_budgets(kube: Kube, *, namespace: str, guard: Mapping[str, Any], 
             await kube.patch_pdb(namespace, pdb, patch)
 
 
+def unknown_groups(spec: GuardSpec, clusters: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The spec's workerGroups that no selected RayCluster has (a typo)."""
+    have = {group for rc in clusters for group, _, _ in patches.templates(rc, include_head=False)}
+    return [g for g in spec.selection.worker_groups if g not in have] if clusters else []
+
+
 def is_guarded(spec: GuardSpec, p: pi.PodInfo) -> bool:
     if p.is_head:
         return spec.policy.include_head

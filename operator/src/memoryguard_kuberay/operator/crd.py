@@ -103,7 +103,10 @@ def crd() -> dict[str, Any]:
         {"name": "Rotations", "type": "integer", "jsonPath": ".status.rotations.total"},
         {"name": "Reporting", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Reporting\")].status",
          "description": "False: a guarded pod's sidecar is unreachable or reads no memory"},
-        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status",
+         "description": "False: the guard guards less than its spec names (a cluster or group not found, refused)"},
+        # As VPA shows its MODE: a dry run is visible at a glance (issue 42, 4).
+        {"name": "Dry run", "type": "boolean", "jsonPath": ".spec.dryRun"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Clusters", "type": "integer", "jsonPath": ".status.summary.clusters", "priority": 1},
         # At most status.BRIEF_MAX characters: the full text is in lastAction and the Events.

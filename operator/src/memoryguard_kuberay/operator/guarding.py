@@ -357,7 +357,8 @@ class GuardReconciler:
                           pods=run.views, spec_error=None, missing_clusters=run.selected.missing,
                           contested=run.selected.contested, rotations=self.mem.ledger.to_status(),
                           last_action=None, now_iso=iso(run.now), previous=self.mem.status,
-                          held=self.mem.status.get("templatesHeld") or {})
+                          held=self.mem.status.get("templatesHeld") or {},
+                          unknown_groups=clusters.unknown_groups(run.found.spec, run.selected.clusters))
         status["templates"] = st.templates(run.views)
         deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
         self.ctx.metrics.degraded(self.namespace, self.name, deg["reason"] if deg["status"] == "True" else None)

@@ -142,7 +142,7 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
           missing_clusters: Sequence[str], rotations: Mapping[str, Any], last_action: str | None, now_iso: str,
           previous: Mapping[str, Any], contested: Mapping[str, str] | None = None,
           last_action_brief: str | None = None, refused: str | None = None,
-          held: Mapping[str, Any] | None = None) -> dict[str, Any]:
+          held: Mapping[str, Any] | None = None, unknown_groups: Sequence[str] = ()) -> dict[str, Any]:
     """The status, computed once from what the cycle found and did.
     ``refused``: why the operator will not serve this guard at all.
     ``held``: RayClusters whose templates are left alone, with why
@@ -176,14 +176,28 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
                     f"nothing protects them: {', '.join(blind[:10])}")
     else:
         degraded = (False, "AsExpected", "all guarded pods report samples")
-    ready = not spec_error and not refused
+    # Ready says the guard guards what its spec names (issue 42, 4: a
+    # misspelled cluster, or a worker group no cluster has, read Ready).
+    if refused:
+        ready, ready_reason, ready_message = False, "TooManyGuards", refused
+    elif spec_error:
+        ready, ready_reason, ready_message = False, "InvalidSpec", spec_error
+    elif missing_clusters:
+        ready, ready_reason, ready_message = False, "ClusterNotFound", (
+            f"RayCluster(s) not found in this namespace: {', '.join(missing_clusters)}")
+    elif not clusters:
+        ready, ready_reason, ready_message = False, degraded[1], degraded[2]
+    elif unknown_groups:
+        ready, ready_reason, ready_message = False, "UnknownWorkerGroup", (
+            f"spec.workerGroups names group(s) no selected RayCluster has: {', '.join(unknown_groups)}")
+    else:
+        ready, ready_reason, ready_message = True, "Guarding", (
+            f"guarding {len(pods)} pod(s) in {len(clusters)} RayCluster(s)")
     verdicts = collections.Counter(_verdict(p) for p in pods)
     status = {
         "observedGeneration": generation,
         "conditions": [
-            condition("Ready", ready, "Guarding" if ready else "TooManyGuards" if refused else "InvalidSpec",
-                      f"guarding {len(pods)} pod(s) in {len(clusters)} RayCluster(s)" if ready else str(
-                          refused or spec_error), now_iso, prev_conds),
+            condition("Ready", ready, ready_reason, ready_message, now_iso, prev_conds),
             condition("Degraded", degraded[0], degraded[1], degraded[2], now_iso, prev_conds),
             # Positive polarity, for `kubectl get`'s REPORTING column: False
             # when a guarded pod's sidecar is unreachable or reads no memory
