@@ -262,3 +262,19 @@ def test_replicas_share_the_shards_and_the_pods_are_summed_up_per_group_by_defau
     from memoryguard_kuberay.operator.main import _shard_count
 
     assert _shard_count(next(a for a in container["args"] if a.startswith("--shards=")).split("=", 1)[1]) == 16
+
+
+def test_the_notes_say_the_default_images_are_not_published(helm: str) -> None:
+    """Issue 42, 10: the chart's default images exist nowhere a cluster can
+    pull them: the install's notes say so, with the commands, until the
+    repositories are set."""
+    def notes(*args: str) -> str:
+        out = subprocess.run([helm, "install", "--dry-run=client", "mg", str(CHART), *args], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split("NOTES:", 1)[1]
+
+    default = notes()
+    assert "are not published" in default and "docker build -f Dockerfile.operator" in default
+    assert "are not published" not in notes("--set", "image.repository=r.example/op",
+                                            "--set", "sidecar.image.repository=r.example/sc")
