@@ -139,6 +139,15 @@ async def test_uninstall_without_the_operator_says_what_is_stuck(tmp_path: Path)
         stuck = guard()
         stuck["metadata"]["finalizers"] = ["kopf.zalando.org/KopfFinalizerMarker"]  # as kopf leaves it
         w.api.put("memoryguards", stuck)
+        # A dry run says what it would delete, and deletes nothing (issue 42, 5).
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "memoryguard_kuberay", "uninstall", "--dry-run",
+            env={**os.environ, "KUBECONFIG": str(w.kubeconfig)}, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
+        out, _ = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0 and "would delete 1 MemoryGuard(s) in every namespace: default/leak-guard" in \
+            out.decode(), out.decode()
+        assert not (w.api.get("memoryguards", "default", "leak-guard") or {})["metadata"].get("deletionTimestamp")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "memoryguard_kuberay", "uninstall", "--timeout", "2",
             env={**os.environ, "KUBECONFIG": str(w.kubeconfig)}, stdout=asyncio.subprocess.PIPE,

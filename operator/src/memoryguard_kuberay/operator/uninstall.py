@@ -26,9 +26,11 @@ from memoryguard_kuberay.operator.kube import ApiError, Kube, NoCredentials, loa
 log = logging.getLogger("memoryguard.uninstall")
 
 
-async def delete_guards(kube: Kube, namespaces: Sequence[str], *, timeout_s: float, poll_s: float = 1.0) -> list[str]:
+async def delete_guards(kube: Kube, namespaces: Sequence[str], *, timeout_s: float, poll_s: float = 1.0,
+                        dry_run: bool = False) -> list[str]:
     """Delete the guards of ``namespaces`` (all, when empty) and wait for
-    them to go; returns the ones still there at the deadline."""
+    them to go; returns the ones still there at the deadline. ``dry_run``:
+    only list them (returned), delete nothing."""
 
     async def listed() -> list[tuple[str, str]]:
         items = []
@@ -39,6 +41,8 @@ async def delete_guards(kube: Kube, namespaces: Sequence[str], *, timeout_s: flo
         return sorted(items)
 
     guards = await listed()
+    if dry_run:
+        return [f"{ns}/{name}" for ns, name in guards]
     for ns, name in guards:
         await kube.delete_guard(ns, name)
         log.info("deleted MemoryGuard %s/%s; waiting for its finalizer", ns, name)
@@ -56,13 +60,16 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--namespace", "-n", action="append", default=[],
                    help="only the guards of this namespace (repeatable); default: every namespace")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the guards to go (default 300)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the guards it would delete (with their kept evidence and what they injected) and "
+                        "delete nothing")
     a = p.parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
 
     async def run() -> list[str]:
         kube = Kube(load_credentials(), timeout_s=30.0)
         try:
-            return await delete_guards(kube, a.namespace, timeout_s=a.timeout)
+            return await delete_guards(kube, a.namespace, timeout_s=a.timeout, dry_run=a.dry_run)
         finally:
             await kube.close()
 
@@ -74,6 +81,11 @@ def main(argv: Sequence[str]) -> int:
     except ApiError as e:
         print(f"memoryguard-kuberay uninstall: {e}", file=sys.stderr)
         return 1
+    if a.dry_run:
+        scope = ", ".join(a.namespace) or "every namespace"
+        print(f"memoryguard-kuberay uninstall: dry run: would delete {len(left)} MemoryGuard(s) in {scope}"
+              + (": " + ", ".join(left) if left else ""), file=sys.stderr)
+        return 0
     if left:
         print(f"memoryguard-kuberay uninstall: still there after {a.timeout:.0f} s (is the operator running?): "
               f"{', '.join(left)}", file=sys.stderr)
