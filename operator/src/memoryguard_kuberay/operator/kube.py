@@ -26,6 +26,16 @@ import aiohttp
 # client-go's recorder does, reporting retries a little but never blocks.
 EVENT_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0)
 LIST_PAGE = 500  # items per page of a LIST (client-go's pager reads 500)
+# The most a page's answer may be, read before it is parsed: a tenant's pods
+# of 1.2 MB each made one page of 500 about 360 MB of JSON (1.5 GiB once
+# parsed) and the operator was OOM-killed at every start (issue 44, 1). A
+# page over it is asked again with half the items, down to one (the API
+# server stores no object over about 1.5 MiB, so one always fits).
+MAX_PAGE_BYTES = 8 << 20
+
+
+class PageTooLarge(Exception):
+    """A page's answer passed MAX_PAGE_BYTES (read no further)."""
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"  # k8s.io/client-go/metadata
 MAX_WATCH_LINE = 4 * 1024 * 1024  # one watch event: an object is at most ~1.5 MiB in etcd
 
@@ -177,7 +187,9 @@ class Kube:
                 await s.close()
 
     async def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None,
-                      content_type: str = "application/json", accept: str | None = None) -> Any:
+                      content_type: str = "application/json", accept: str | None = None,
+                      max_bytes: int | None = None) -> Any:
+        """``max_bytes``: an answer longer is not read on (PageTooLarge)."""
         s = await self.session()
         headers = {"Content-Type": content_type} if json is not None else {}
         if accept:
@@ -186,7 +198,16 @@ class Kube:
             async with s.request(method, path.lstrip("/"), json=json, params=params, headers=headers) as r:
                 if r.status >= 400:
                     raise await _api_error(r)
-                return await r.json(content_type=None)
+                if max_bytes is None:
+                    return await r.json(content_type=None)
+                if (r.content_length or 0) > max_bytes:
+                    raise PageTooLarge()
+                body = bytearray()
+                async for chunk in r.content.iter_any():
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise PageTooLarge()
+                return _json.loads(bytes(body)) if body else None
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise api_error(0, "Unreachable", str(exc) or type(exc).__name__) from exc
 
@@ -199,9 +220,17 @@ class Kube:
         ``metadata_only``: each item's metadata and nothing else, as
         client-go's metadata client asks (the server never sends the rest)."""
         token: str | None = None
+        limit = LIST_PAGE
         while True:
-            q = {**params, "limit": str(LIST_PAGE), **({"continue": token} if token else {})}
-            doc = await self.request("GET", path, params=q, accept=METADATA_ONLY if metadata_only else None)
+            q = {**params, "limit": str(limit), **({"continue": token} if token else {})}
+            try:
+                doc = await self.request("GET", path, params=q, accept=METADATA_ONLY if metadata_only else None,
+                                         max_bytes=MAX_PAGE_BYTES)
+            except PageTooLarge:
+                if limit == 1:
+                    raise api_error(0, "PageTooLarge", f"one object of {path} is over {MAX_PAGE_BYTES} bytes")
+                limit = max(1, limit // 2)  # the same page again, halved
+                continue
             meta = doc.get("metadata") if isinstance(doc, dict) else None
             meta = meta if isinstance(meta, dict) else {}
             items = doc.get("items") if isinstance(doc, dict) else None
@@ -261,9 +290,10 @@ class Kube:
         return await self.list_all(pod_path(namespace), {"labelSelector": label_selector})
 
     async def list_rayclusters(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        params = {"labelSelector": label_selector} if label_selector else None
-        doc = await self.request("GET", _path(RAYCLUSTERS, namespace), params=params)
-        return list(doc.get("items", []))
+        """Read in pages, each within MAX_PAGE_BYTES (issue 44, 4: one answer
+        of 100 RayClusters of 1.2 MB each, every cycle)."""
+        return await self.list_all(_path(RAYCLUSTERS, namespace),
+                                   {"labelSelector": label_selector} if label_selector else {})
 
     async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
         """The namespace's guards, read in pages (a tenant may have made
