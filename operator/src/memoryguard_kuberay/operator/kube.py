@@ -228,7 +228,7 @@ class Kube:
                                          max_bytes=MAX_PAGE_BYTES)
             except PageTooLarge:
                 if limit == 1:
-                    raise api_error(0, "PageTooLarge", f"one object of {path} is over {MAX_PAGE_BYTES} bytes")
+                    raise api_error(0, "PageTooLarge", f"one object of {path} is over {MAX_PAGE_BYTES} bytes") from None
                 limit = max(1, limit // 2)  # the same page again, halved
                 continue
             meta = doc.get("metadata") if isinstance(doc, dict) else None
