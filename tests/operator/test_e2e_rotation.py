@@ -3,6 +3,7 @@ stand-in + real sidecar processes + the real operator process), at 600x."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import urllib.request
@@ -12,6 +13,8 @@ import pytest
 
 from memoryguard_kuberay.core.commands import examples_dir
 from memoryguard_kuberay.core.traces import read_labels
+from memoryguard_kuberay.devkit.emulator.patching import json_patch
+from memoryguard_kuberay.operator import patches
 
 from ..devworld import world
 from .conftest import by_worker_index, guard, leaking_pods, no_disruption, start_cluster
@@ -102,7 +105,7 @@ async def test_pdb_429_delays_never_bypasses(tmp_path: Path) -> None:
         assert [e[1] for e in w.api.evictions] == [leaking]
 
 
-async def test_dry_run_changes_nothing(tmp_path: Path) -> None:
+async def test_dry_run_changes_no_workload(tmp_path: Path) -> None:
     async with world(tmp_path, by_worker_index({0})) as w:
         await start_cluster(w, 2)
         leaking = leaking_pods(w)[0]
@@ -116,6 +119,12 @@ async def test_dry_run_changes_nothing(tmp_path: Path) -> None:
         await w.wait_for(lambda: w.clock() - w.sidecars[leaking].start_clock > 30000, 60, "the trace to reach OOM")
         assert w.api.evictions == []
         assert {p["metadata"]["name"]: p["metadata"]["resourceVersion"] for p in w.pods()} == before_pods
-        assert w.api.get("rayclusters", "default", "raycluster-kuberay") == before_rc
+        # The one change a dry run makes: the observer (the sidecar) in the
+        # templates, for new pods (issue 42, 1); no remediation, no budget.
+        after_rc = w.api.get("rayclusters", "default", "raycluster-kuberay")
+        assert after_rc is not None and before_rc is not None
+        assert json_patch(copy.deepcopy(after_rc), patches.uninject_patch(after_rc))["spec"] == before_rc["spec"]
+        assert "memoryguard.io/remediation" not in (after_rc["metadata"].get("annotations") or {})
+        assert w.api.objects("poddisruptionbudgets", "default") == []
         status = w.api.get("memoryguards", "default", "leak-guard")["status"]  # type: ignore[index]
         assert status["rotations"]["total"] == 0 and status["summary"]["pods"] == 2

@@ -59,13 +59,13 @@ def test_a_pending_pod_and_a_pod_made_before_the_sidecar_degrade_nothing(monkeyp
 
     async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
         asked.append(ip)
-        return Poll((), "Connect call failed", 0.01)
+        return Poll((), "Connect call failed", 0.01, failure=sidecar_client.PollFailure.UNREACHABLE)
 
     monkeypatch.setattr(sidecar_client, "poll", poll)
     loop = guarding.GuardReconciler(ctx, NS, GUARD)
     asyncio.run(loop.cycle(kube.guard))
     st = loop.mem.status
-    assert asked == []
+    assert asked == ["127.0.0.12"]  # the pending pod is not asked; the early one is, and nothing answers
     assert st["pods"]["w-pending"]["pollFailure"] == "PodNotRunning" and "Pending" in st["pods"]["w-pending"][
         "sidecarError"]
     assert st["pods"]["w-early"]["pollFailure"] == "NoSidecar"

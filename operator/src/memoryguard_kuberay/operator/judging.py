@@ -76,19 +76,15 @@ def judge(settings: PolicySettings, track: PodState, history: RotationHistory, n
 
 async def poll_into(p: pi.PodInfo, track: PodState, how: Polling, settings: PolicySettings) -> None:
     """One poll of one pod, its samples into its window. A pod that is not
-    running (Pending: waiting for a node or a quota; going) or that was made
-    before the guard's sidecar was injected is not asked: that is its own
-    verdict, and no fault of the guard's."""
+    running (Pending: waiting for a node or a quota; going) is not asked, and
+    one made before the guard's sidecar was injected that does not answer
+    reads NoSidecar: each its own verdict, and no fault of the guard's."""
     if not p.ip or p.phase != "Running" or p.terminating:
         track.error = ("pod is being deleted: no longer polled" if p.terminating else
                        f"pod is {p.phase or 'Pending'}{'' if p.ip else ' without an IP'}: polled once it runs")
         track.failure = sidecar_client.PollFailure.NOT_RUNNING
         return
-    if how.expect_sidecar and not p.injected_sidecar:
-        track.error = ("made before the sidecar was injected into its template: it gets the sidecar when it is "
-                       "replaced (a rotation, or KubeRay's replacement)")
-        track.failure = sidecar_client.PollFailure.NO_SIDECAR
-        return
+
     since = track.window.last.time_s if track.window.last else None
     started = how.clock.now()
     budget = sidecar_client.poll_budget(None if track.fed_at is None else started - track.fed_at)
@@ -105,6 +101,11 @@ async def poll_into(p: pi.PodInfo, track: PodState, how: Polling, settings: Poli
         how.metrics.poll_errors.labels(how.namespace, how.guard, why).inc()
     track.error = res.error if not res.samples else None
     track.failure = res.failure if not res.samples else None
+    if track.failure is sidecar_client.PollFailure.UNREACHABLE and how.expect_sidecar and not p.injected_sidecar:
+        # Nothing answers where no sidecar runs: say why (issue 42, 1).
+        track.error = ("no sidecar: the pod was made before the sidecar was injected into its template; it gets "
+                       "the sidecar when it is replaced (a rotation, or KubeRay's replacement)")
+        track.failure = sidecar_client.PollFailure.NO_SIDECAR
     if res.samples or res.blind:
         track.blind = res.blind or all(s.memory_current_bytes is None for s in res.samples)
     for sample in res.samples:
