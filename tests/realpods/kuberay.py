@@ -5,8 +5,10 @@ and the control plane tier's same function), bound to the kit's one node.
 The kubelet does the rest for real: it runs the pods, probes them, reports
 their status, stops them gracefully on eviction, OOM-kills them.
 
-As KubeRay's ``reconcilePods``: only pods Running or Pending and not being
-deleted count toward ``replicas``, so an evicted worker is replaced at once.
+As the released KubeRay's ``reconcilePods`` (tests/test_kuberay_contract.py
+holds the real one to it): every listed pod counts toward ``replicas``, a
+Terminating one too, so an evicted worker is replaced once it is gone; a
+pod that ended (Failed) is deleted, then replaced.
 And as the scheduler (the kit has none): a pod is bound to the node only
 when no pod there that has not ended holds one of its host ports (with
 ``hostNetwork`` every containerPort is one), as its NodePorts filter does.
@@ -76,8 +78,13 @@ class KubeRay:
             history = self.history.setdefault(name, [])
             if not history or _essence(history[-1][1]) != _essence(status):
                 history.append((now, status))
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")
-                and (p.get("status") or {}).get("phase", "Pending") in ("Running", "Pending")]
+        for p in pods:  # as KubeRay: a pod that ended is deleted, then replaced once gone
+            if (p.get("status") or {}).get("phase") in ("Failed", "Succeeded") \
+                    and not p["metadata"].get("deletionTimestamp"):
+                self.api.call("DELETE", f"/api/v1/namespaces/{self.ns}/pods/{p['metadata']['name']}")
+        # Every listed pod counts, a Terminating one too (the released KubeRay's
+        # rule, seen on v1.5.1 and v1.7.0: tests/test_kuberay_contract.py).
+        live = [p for p in pods if (p.get("status") or {}).get("phase", "Pending") not in ("Failed", "Succeeded")]
         for rc in self.api.ok("GET", f"/apis/ray.io/v1/namespaces/{self.ns}/rayclusters")["items"]:
             name, spec = rc["metadata"]["name"], rc.get("spec") or {}
             if rc["metadata"].get("deletionTimestamp"):
