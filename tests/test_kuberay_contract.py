@@ -35,6 +35,7 @@ from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection
 
 from .devworld import kuberay_file
+from .procs import wait_until
 from .realk8s.controlplane import Client
 
 NS = "kuberay-contract"
@@ -56,13 +57,7 @@ class Backend:
         return [p for p in items if group is None or p["metadata"]["labels"].get("ray.io/group") == group]
 
     def wait(self, pred: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            v = pred()
-            if v:
-                return v
-            time.sleep(0.2)
-        raise AssertionError(f"{self.name}: timed out after {timeout} s waiting for {what}")
+        return wait_until(pred, timeout, what=f"{self.name}: {what}")
 
     def running(self, cluster: str, group: str, n: int, timeout: float = 60) -> list[dict[str, Any]]:
         def ok() -> list[dict[str, Any]] | None:

@@ -203,20 +203,26 @@ class RemedyKube(FakeKube):
         return self.rc
 
 
+JEMALLOC_AUTO = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "remediation": {"jemalloc": {"mode": "auto"}}})
+
+
+def _jemalloc_auto(kube: RemedyKube, rc: dict[str, Any]) -> remediation.Remedied:
+    pod = pi.pod_info({"metadata": {"name": "w1", "uid": "u1", "labels": {pi.LABEL_CLUSTER: "rc",
+                                                                         pi.LABEL_GROUP: "workers"}}})
+    return asyncio.run(remediation.remediate(kube, namespace=NS, spec=JEMALLOC_AUTO, rc=rc,  # type: ignore[arg-type]
+                                             pod=pod, decision=_wants_rotation(PolicySettings(), RotationHistory()),
+                                             kind="jemalloc"))
+
+
 def test_a_remediation_goes_through_a_configmap_the_ray_container_alone_reads() -> None:
     rc = _rc()
     rc["metadata"].update(uid="rc-uid", resourceVersion="7")
     kube = RemedyKube(rc)
-    spec = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "remediation": {"jemalloc": {"mode": "auto"}}})
-    pod = pi.pod_info({"metadata": {"name": "w1", "uid": "u1", "labels": {pi.LABEL_CLUSTER: "rc",
-                                                                         pi.LABEL_GROUP: "workers"}}})
-    done = asyncio.run(remediation.remediate(kube, namespace=NS, spec=spec, rc=rc, pod=pod,  # type: ignore[arg-type]
-                                             decision=_wants_rotation(PolicySettings(), RotationHistory()),
-                                             kind="jemalloc"))
+    done = _jemalloc_auto(kube, rc)
     name = patches.remedy_configmap("rc", "workers", "jemalloc")
     assert [k for k, _ in kube.log] == ["configmap", "patch-raycluster"]  # the ConfigMap first
     cm = kube.configmaps[name]
-    assert cm["data"]["LD_PRELOAD"] == spec.jemalloc.library_path and cm["data"]["MALLOC_CONF"]
+    assert cm["data"]["LD_PRELOAD"] == JEMALLOC_AUTO.jemalloc.library_path and cm["data"]["MALLOC_CONF"]
     assert cm["metadata"]["ownerReferences"][0]["uid"] == "rc-uid"
     ray = kube.rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     assert ray["envFrom"] == [{"configMapRef": {"name": name, "optional": True}}] and "env" not in ray
@@ -241,10 +247,5 @@ def test_a_users_own_ld_preload_is_remediated_in_the_env() -> None:
     rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"] = [
         {"name": "LD_PRELOAD", "value": "/opt/libmine.so"}]
     kube = RemedyKube(rc)
-    spec = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "remediation": {"jemalloc": {"mode": "auto"}}})
-    pod = pi.pod_info({"metadata": {"name": "w1", "uid": "u1", "labels": {pi.LABEL_CLUSTER: "rc",
-                                                                         pi.LABEL_GROUP: "workers"}}})
-    done = asyncio.run(remediation.remediate(kube, namespace=NS, spec=spec, rc=rc, pod=pod,  # type: ignore[arg-type]
-                                             decision=_wants_rotation(PolicySettings(), RotationHistory()),
-                                             kind="jemalloc"))
+    done = _jemalloc_auto(kube, rc)
     assert kube.configmaps == {} and done.env["LD_PRELOAD"].endswith(":/opt/libmine.so")
