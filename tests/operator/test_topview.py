@@ -93,3 +93,26 @@ def test_a_heat_map_column_is_each_groups_nearest_projection() -> None:
     g = {"metadata": {"namespace": "ns", "name": "g"}, "status": {"pods": {
         "a": pod("serve", 7200), "b": pod("serve", 600), "c": pod("train", None), "d": pod("train", "soon")}}}
     assert topview.group_risk([g, {"status": "broken"}]) == {"ns/g serve": 600.0, "ns/g train": None}
+
+
+def test_at_the_widths_people_use_no_pod_name_is_cut_and_the_why_is_shown() -> None:
+    """Issue 42, 6: at 100 and 120 columns pod names were cut (a cut name
+    cannot be pasted into kubectl); a pod being rotated left the table the
+    moment it was deleted; the poll's error was not shown."""
+    long_pod = "raycluster-kuberay-workergroup-worker-abcde"
+    blind = {**_pod(None, None, "SidecarUnreachable", None), "sidecarError": "Connect call failed ('10.0.0.9', 9108)"}
+    guards = [_guard("ray-production", "leak-guard-for-serving", {long_pod: _pod(28 * GIB, 900, "ProjectedOOM"),
+                                                                  "x-worker-blind-pod-name": blind},
+                     {"inFlight": [{"pod": "gone-worker-being-rotated", "reason": "ProjectedOOM",
+                                    "phase": "replacing", "requestedAt": 1.0}]})]
+    for width in (100, 120, 240):
+        out = io.StringIO()
+        Console(file=out, width=width).print(topview.screen(guards, title="T"))
+        text = out.getvalue()
+        assert all(len(line) <= width for line in text.splitlines()), width
+        for name in (long_pod, "x-worker-blind-pod-name", "gone-worker-being-rotated", "Rotating (replacing)",
+                     "SidecarUnreachable", "ProjectedOOM"):
+            assert name in text, (width, name, text)
+        # What is left out at a width is said; at 240 nothing is, the poll's error included.
+        assert ("left out at this width" in text) == (width < 240), text
+        assert ("Connect call failed" in text) == (width == 240), text

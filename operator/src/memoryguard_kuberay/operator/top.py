@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -67,7 +68,7 @@ def main(argv: Sequence[str], out: IO[str] = sys.stdout) -> int:
     except NoCredentials as e:
         print(f"memoryguard-kuberay top: {e}", file=sys.stderr)
         return 2
-    console = Console(file=out, record=bool(a.save), width=None if out.isatty() else 160)
+    console = Console(file=out, record=bool(a.save), width=None if out.isatty() else _piped_width())
     history: dict[str, list[tuple[float, float | None]]] = {}
     try:
         return asyncio.run(_run(a, credentials, console, history))
@@ -78,6 +79,12 @@ def main(argv: Sequence[str], out: IO[str] = sys.stdout) -> int:
             heatmap.draw(history, a.heatmap, title="worker groups by projected time to OOM (memoryguard-kuberay "
                                                    "top)", time_unit_s=60.0, time_label="minutes watched")
             print(f"heat map written to {a.heatmap}", file=sys.stderr)
+
+
+def _piped_width() -> int:
+    """Piped, the width COLUMNS says (as a terminal would), else 160."""
+    raw = os.environ.get("COLUMNS", "")
+    return max(40, min(int(raw), 1000)) if raw.isdigit() else 160
 
 
 def _record(history: dict[str, list[tuple[float, float | None]]], guards: Sequence[dict[str, Any]]) -> None:

@@ -42,6 +42,7 @@ class PodLine:
     eta_s: float | None
     verdict: str
     decision: str
+    error: str = ""  # why its sidecar brought no samples (status.pods.<pod>.sidecarError)
 
     @property
     def used(self) -> float | None:
@@ -68,14 +69,23 @@ def pod_lines(guards: Iterable[Mapping[str, Any]]) -> list[PodLine]:
     out = []
     for g in guards:
         meta, status = _map(g.get("metadata")), _map(g.get("status"))
-        for name, p in _map(status.get("pods")).items():
+        listed = _map(status.get("pods"))
+        for name, p in listed.items():
             if not isinstance(p, Mapping):
                 continue
             ws, lim = _number(p.get("workingSetBytes")), _number(p.get("limitBytes"))
             out.append(PodLine(str(meta.get("namespace", "")), str(meta.get("name", "")), str(p.get("group", "")),
                                str(name), None if ws is None else int(ws), None if lim is None else int(lim),
                                _number(p.get("slopeBytesPerHour")), _number(p.get("projectedOOMSeconds")),
-                               str(p.get("verdict", "?")), str(p.get("lastDecision", ""))))
+                               str(p.get("verdict", "?")), str(p.get("lastDecision", "")),
+                               str(p.get("sidecarError") or "")))
+        # A pod being rotated stays in view after it is deleted, until its
+        # rotation ends (issue 42, 6: it left the table the moment it went).
+        for r in _list(_map(status.get("rotations")).get("inFlight")):
+            if isinstance(r, Mapping) and str(r.get("pod", "")) not in listed:
+                out.append(PodLine(str(meta.get("namespace", "")), str(meta.get("name", "")), str(r.get("group", "")),
+                                   str(r.get("pod", "")), None, None, None, None,
+                                   f"Rotating ({r.get('phase', '?')})", str(r.get("reason", ""))))
     return sorted(out, key=lambda p: (p.eta_s is None, p.eta_s or 0.0, -(p.used or 0.0), p.namespace, p.pod))
 
 
@@ -120,22 +130,72 @@ def _verdict(v: str) -> Text:
     return Text(v, style=style)
 
 
+# The table's columns, in the order shown; those after the first four give
+# way, last first, when the screen is too narrow for all (issue 42, 6: at
+# 100 and 120 columns pod names were cut; a cut name cannot be pasted into
+# kubectl). POD, WORKING SET, OOM IN and VERDICT are always shown.
+COLUMNS = ("NAMESPACE/GUARD", "GROUP", "POD", "WORKING SET", "TREND", "OOM IN", "VERDICT", "WHY NO SAMPLES")
+ALWAYS = frozenset({"POD", "WORKING SET", "OOM IN", "VERDICT"})
+GIVE_WAY = ("WHY NO SAMPLES", "TREND", "GROUP", "NAMESPACE/GUARD")  # first dropped first
+RIGHT = frozenset({"WORKING SET", "TREND", "OOM IN"})
+WHY_MAX = 60  # characters of a poll's error shown (the whole of it is in the status)
+
+
+def _cells(p: PodLine, *, compact: bool = False) -> dict[str, str | Text]:
+    """A row's cells; ``compact``: the working set without its limit (the
+    share of it says the same), where the screen is narrow."""
+    used = f" {p.used:4.0%}" if p.used is not None else ""
+    ws = "-" if p.working_set is None else (f"{fmt_bytes(p.working_set)}{used}" if compact else
+                                            f"{fmt_bytes(p.working_set)} / {fmt_bytes(p.limit)}{used}")
+    trend = "-" if p.slope_per_h is None else f"{'+' if p.slope_per_h >= 0 else '-'}" \
+                                              f"{fmt_bytes(abs(p.slope_per_h))}/h"
+    eta = "-" if p.eta_s is None else fmt_duration(p.eta_s)
+    return {"NAMESPACE/GUARD": f"{p.namespace}/{p.guard}", "GROUP": p.group, "POD": p.pod, "WORKING SET": ws,
+            "TREND": trend, "OOM IN": Text(eta, style="bold red" if p.eta_s is not None and p.eta_s < 3600 else ""),
+            "VERDICT": _verdict(p.verdict), "WHY NO SAMPLES": p.error[:WHY_MAX]}
+
+
+class PodTable:
+    """The pods' table, laid out for the width it is drawn at: every column
+    as wide as its widest cell, none cut; where they do not all fit, the
+    least needed are left out (and said)."""
+
+    def __init__(self, lines: Sequence[PodLine], title: str) -> None:
+        self.lines, self.title = list(lines), title
+
+    @staticmethod
+    def _fits(widths: Mapping[str, int], shown: Sequence[str], room: int) -> bool:
+        return sum(widths[k] + 3 for k in shown) + 1 <= room  # each column: its cells, padding and a border
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        rows = [_cells(p) for p in self.lines]
+        widths = {c: max([len(c), *(len(str(r[c])) for r in rows)]) for c in COLUMNS}
+        shown = [c for c in COLUMNS if c != "WHY NO SAMPLES" or any(r[c] for r in rows)]
+        dropped = []
+        for c in GIVE_WAY:
+            if self._fits(widths, shown, options.max_width):
+                break
+            if c in shown:
+                shown.remove(c)
+                dropped.append(c)
+        if not self._fits(widths, shown, options.max_width):
+            rows = [_cells(p, compact=True) for p in self.lines]
+            widths = {c: max([len(c), *(len(str(r[c])) for r in rows)]) for c in COLUMNS}
+        table = Table(title=self.title, title_justify="left", expand=False, header_style="bold")
+        for c in shown:
+            table.add_column(c, justify="right" if c in RIGHT else "left", no_wrap=True, min_width=widths[c])
+        for r in rows:
+            table.add_row(*(r[c] for c in shown))
+        yield table
+        if dropped:
+            yield Text(f"(left out at this width: {', '.join(reversed(dropped))}; a wider screen shows them)",
+                       style="dim")
+
+
 def screen(guards: Sequence[Mapping[str, Any]], *, title: str, note: str = "", limit: int = 40) -> RenderableType:
     """The whole view: one table of pods (at most ``limit``), then actions."""
     lines = pod_lines(guards)
-    table = Table(title=title, title_justify="left", expand=False, header_style="bold")
-    for col, justify in (("NAMESPACE/GUARD", "left"), ("GROUP", "left"), ("POD", "left"),
-                         ("WORKING SET", "right"), ("TREND", "right"), ("OOM IN", "right"), ("VERDICT", "left")):
-        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    for p in lines[:limit]:
-        ws = "-" if p.working_set is None else f"{fmt_bytes(p.working_set)} / {fmt_bytes(p.limit)}" + (
-            f" {p.used:4.0%}" if p.used is not None else "")
-        trend = "-" if p.slope_per_h is None else f"{'+' if p.slope_per_h >= 0 else '-'}" \
-                                                  f"{fmt_bytes(abs(p.slope_per_h))}/h"
-        eta = "-" if p.eta_s is None else fmt_duration(p.eta_s)
-        table.add_row(f"{p.namespace}/{p.guard}", p.group, p.pod, ws, trend,
-                      Text(eta, style="bold red" if p.eta_s is not None and p.eta_s < 3600 else ""),
-                      _verdict(p.verdict))
+    table = PodTable(lines[:limit], title)
     parts: list[RenderableType] = [table]
     if len(lines) > limit:
         parts.append(Text(f"... and {len(lines) - limit} more pod(s), further from harm", style="dim"))
