@@ -262,14 +262,18 @@ def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(cluster: Clus
     # The operator patches the guarded group's template; the stand-in makes
     # pods from templates as they are when it makes them: the first guarded
     # pod may predate the patch, and is replaced by deleting it (as a user would).
-    c.wait_for(lambda: any(k["name"] == patches.SIDECAR_NAME for k in c.api.ok(
+    c.wait_for(lambda: _has_sidecar(c.api.ok(
         "GET", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/real-rc")["spec"]["workerGroupSpecs"][0]
-        ["template"]["spec"]["containers"]), 60, "the sidecar injected into the guarded group's template")
+        ["template"]["spec"]), 60, "the sidecar injected into the guarded group's template")
     for p in c.pods("guarded"):
-        if not any(k["name"] == patches.SIDECAR_NAME for k in p["spec"]["containers"]):
+        if not _has_sidecar(p["spec"]):
             c.api.ok("DELETE", f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}")
-    pod = c.wait_for(lambda: (p := c.running("guarded")) and any(
-        k["name"] == patches.SIDECAR_NAME for k in p["spec"]["containers"]) and p, 180, "the guarded worker Running")
+    pod = c.wait_for(lambda: (p := c.running("guarded")) and _has_sidecar(p["spec"]) and p, 180,
+                     "the guarded worker Running")
+    # On this 1.36 kubelet the sidecar is a native sidecar (an init container
+    # with restartPolicy Always): it outlives a pod whose policy is Never.
+    native = next(k for k in pod["spec"].get("initContainers") or [] if k["name"] == patches.SIDECAR_NAME)
+    assert native.get("restartPolicy") == "Always", native
     assert c.wait_for(lambda: c.running("control") and c.running("headgroup"), 180, "head and control Running")
     # Its first samples read nothing ("none"): Ray's processes are not up yet;
     # then the container's memory climbs past 100 MiB as raylet and its workers
@@ -290,6 +294,16 @@ def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(cluster: Clus
                          "/var/run/secrets/kubernetes.io/serviceaccount").stdout
     assert token.strip() == "", token
     c.facts.update(sidecar_id=ids.strip(), ray_id=ray_ids.strip(), source=doc["source"])
+
+
+def _has_sidecar(spec: dict[str, Any]) -> bool:
+    """The injected sidecar, as a container or as a native sidecar."""
+    return any(k["name"] == patches.SIDECAR_NAME for key in ("containers", "initContainers")
+               for k in spec.get(key) or [])
+
+
+def _statuses(s: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*(s.get("containerStatuses") or []), *(s.get("initContainerStatuses") or [])]
 
 
 def _oom_kills(pod: dict[str, Any], container: str) -> int | None:
@@ -384,12 +398,12 @@ def test_no_ray_pod_was_ever_not_ready_while_running(cluster: Cluster) -> None:
     c = cluster
     for name, history in c.kuberay.history.items():
         pod = c.kuberay.seen[name]
-        if not any(k["name"] == patches.SIDECAR_NAME for k in pod["spec"]["containers"]):
+        if not _has_sidecar(pod["spec"]):
             continue
         was_ready = False
         for _, s in history:
             ready = any(k.get("type") == "Ready" and k.get("status") == "True" for k in s.get("conditions") or [])
-            sidecar = next((k for k in s.get("containerStatuses") or [] if k["name"] == patches.SIDECAR_NAME), {})
+            sidecar = next((k for k in _statuses(s) if k["name"] == patches.SIDECAR_NAME), {})
             assert sidecar.get("restartCount", 0) == 0, (name, sidecar)
             if was_ready and not ready and s.get("phase") == "Running":
                 ray = next((k for k in s.get("containerStatuses") or [] if k["name"] != patches.SIDECAR_NAME), {})
