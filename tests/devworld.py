@@ -7,13 +7,17 @@ RayCluster kind."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from memoryguard_kuberay.devkit.emulator import world as devkit_world
+from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
+from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBERAY = ROOT.parent / "shared" / "kuberay"
@@ -27,6 +31,38 @@ def kuberay_file(name: str) -> Path | None:
     warnings.warn(f"{p} is absent (KubeRay's files are read from beside the checkout, never copied into it): "
                   "the emulated API runs without KubeRay's schema", stacklevel=2)
     return None
+
+
+@contextlib.contextmanager
+def served_in_a_thread(api: EmulatedApi, beside: Callable[[asyncio.Event], Awaitable[None]] | None = None
+                       ) -> Iterator[str]:
+    """The emulated API served on loopback from a thread of its own (for
+    tests that speak to it over HTTP, as to a real server); yields its URL.
+    ``beside``: a coroutine run in that loop too (a controller), told to
+    stop by its event before the server goes."""
+    ready, stop = threading.Event(), threading.Event()
+    box: dict[str, str] = {}
+
+    async def main() -> None:
+        quit = asyncio.Event()
+        async with api, EmulatorServer(api, host="127.0.0.1") as server:
+            box["url"] = f"http://127.0.0.1:{server.port}"
+            task = asyncio.create_task(beside(quit)) if beside is not None else None
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+            quit.set()
+            if task is not None:
+                await task
+
+    t = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+    t.start()
+    assert ready.wait(30), "the emulated API did not start"
+    try:
+        yield box["url"]
+    finally:
+        stop.set()
+        t.join(15)
 
 
 @contextlib.asynccontextmanager

@@ -8,21 +8,18 @@ tested on the emulator alone are in tests/operator/test_emulator_real_server.py.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from memoryguard_kuberay.devkit.emulator.api import ApiError, EmulatedApi
-from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.world import load_crds
 from memoryguard_kuberay.operator import crd
 
-from .devworld import kuberay_file
+from .devworld import kuberay_file, served_in_a_thread
 from .realk8s.controlplane import Client
 
 NS = "contracts"
@@ -41,21 +38,6 @@ def _emulator() -> Iterator[Backend]:
     api = EmulatedApi()
     load_crds(api, kuberay_file("ray.io_rayclusters.yaml"))
     api.put("namespaces", {"metadata": {"name": NS}})
-    ready, stop = threading.Event(), threading.Event()
-    box: dict[str, Any] = {}
-
-    def serve() -> None:
-        async def main() -> None:
-            async with api, EmulatorServer(api, host="127.0.0.1") as server:
-                box["url"] = f"http://127.0.0.1:{server.port}"
-                ready.set()
-                while not stop.is_set():
-                    await asyncio.sleep(0.05)
-        asyncio.run(main())
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    assert ready.wait(30)
 
     def create_crd(doc: dict[str, Any]) -> int:
         try:
@@ -64,11 +46,8 @@ def _emulator() -> Iterator[Backend]:
             return int(e.status)
         return 201
 
-    try:
-        yield Backend("emulator", Client(box["url"], "emulated", None), create_crd)
-    finally:
-        stop.set()
-        t.join(10)
+    with served_in_a_thread(api) as url:
+        yield Backend("emulator", Client(url, "emulated", None), create_crd)
 
 
 @pytest.fixture(params=["emulator", pytest.param("real", marks=pytest.mark.realk8s)], scope="module")

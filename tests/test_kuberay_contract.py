@@ -15,9 +15,7 @@ delete, so that what KubeRay does meanwhile can be seen.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,13 +26,12 @@ import pytest
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.kuberay import KubeRayStandIn
 from memoryguard_kuberay.devkit.emulator.patching import json_patch
-from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.world import load_crds
 from memoryguard_kuberay.operator import kuberayrules, patches
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection
 
-from .devworld import kuberay_file
+from .devworld import kuberay_file, served_in_a_thread
 from .procs import wait_until
 from .realk8s.controlplane import Client
 
@@ -106,40 +103,19 @@ def _emulated() -> Iterator[Backend]:
     api = EmulatedApi()
     load_crds(api, kuberay_file("ray.io_rayclusters.yaml"))
     api.put("namespaces", {"metadata": {"name": NS}})
-    ready, stop = threading.Event(), threading.Event()
-    box: dict[str, Any] = {}
 
     async def start_pod(pod: dict[str, Any]) -> _Quiet:
         return _Quiet()
 
-    def serve() -> None:
-        async def main() -> None:
-            quit = asyncio.Event()
-            standin = KubeRayStandIn(api, start_pod, namespace=NS, replace_delay_s=0.2)
-            async with api, EmulatorServer(api, host="127.0.0.1") as server:
-                box["url"] = f"http://127.0.0.1:{server.port}"
-                task = asyncio.create_task(standin.run(quit))
-                ready.set()
-                while not stop.is_set():
-                    await asyncio.sleep(0.05)
-                quit.set()
-                await task
-        asyncio.run(main())
+    standin = KubeRayStandIn(api, start_pod, namespace=NS, replace_delay_s=0.2)
+    with served_in_a_thread(api, standin.run) as url:
+        client = Client(url, "emulated", None)
 
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    assert ready.wait(30)
-    client = Client(box["url"], "emulated", None)
+        def fail(name: str) -> None:
+            client.merge(f"{PODS}/{name}/status", {"status": {"phase": "Failed", "conditions": [
+                {"type": "Ready", "status": "False"}]}})
 
-    def fail(name: str) -> None:
-        client.merge(f"{PODS}/{name}/status", {"status": {"phase": "Failed", "conditions": [
-            {"type": "Ready", "status": "False"}]}})
-
-    try:
         yield Backend("emulated", client, fail)
-    finally:
-        stop.set()
-        t.join(15)
 
 
 # -- the real backends -------------------------------------------------------------------------------
