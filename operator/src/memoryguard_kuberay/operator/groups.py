@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from memoryguard_kuberay.operator import kuberayrules
 from memoryguard_kuberay.operator import podinfo as pi
 
 GroupKey = tuple[str, str]  # (cluster, group)
@@ -32,7 +33,7 @@ def desired_replicas(rc: Mapping[str, Any]) -> dict[GroupKey, int]:
             hi = int(g["maxReplicas"]) if g.get("maxReplicas") is not None else 2**31 - 1
             replicas = lo if g.get("replicas") is None else int(g["replicas"])
             replicas = hi if lo > hi else min(max(replicas, lo), hi)
-            n = 0 if g.get("suspend") is True else replicas * max(1, int(g.get("numOfHosts", 1) or 1))
+            n = 0 if g.get("suspend") is True else replicas * kuberayrules.hosts(g)
         except (TypeError, ValueError):
             continue
         out[(name, g["groupName"])] = max(0, n)

@@ -93,15 +93,24 @@ def template_hold(rc: Mapping[str, Any], *, allow_recreate: bool) -> Held | None
     return None
 
 
+def hosts(group: Mapping[str, Any]) -> int:
+    """A worker group spec's ``numOfHosts``: the pods of one replica (1 for
+    a value absent or under 1; a value of the wrong shape raises TypeError
+    or ValueError). groups.desired_replicas counts a group's pods with it."""
+    return max(1, int(group.get("numOfHosts") or 1))
+
+
 def hosts_per_replica(rc: Mapping[str, Any] | None, group: str) -> int:
-    """``numOfHosts`` of a worker group (1 for the head, an unknown group
-    or a value of the wrong shape)."""
+    """``hosts`` of a RayCluster's worker group (1 for the head, a group it
+    does not have, or a value of the wrong shape)."""
     groups = _obj(_obj(rc).get("spec")).get("workerGroupSpecs") if rc else None
     for g in groups if isinstance(groups, list) else []:
         g = _obj(g)
         if g.get("groupName") == group:
-            n = g.get("numOfHosts", 1)
-            return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+            try:
+                return hosts(g)
+            except (TypeError, ValueError):
+                return 1
     return 1
 
 

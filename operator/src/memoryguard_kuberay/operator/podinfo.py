@@ -123,7 +123,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         # Only the annotations the operator reads, each cut short: what else
         # a pod carries (any number of memoryguard.io/ keys, megabytes) is not
         # kept for it (issue 44, 1: 62 keys of 4 KiB a pod were).
-        annotations={k: _shared(v[:MAX_ANNOTATION]) for k in READ_ANNOTATIONS
+        annotations={k: v[:MAX_ANNOTATION] for k in READ_ANNOTATIONS
                      if isinstance(v := ann.get(k), str)} or NOTHING,
         injected_sidecar=any(_obj(c).get("name") == SIDECAR_NAME for c in _containers(pod)),
         replica=_shared(str(labels.get(LABEL_REPLICA_NAME, ""))[:MAX_LABEL]),
