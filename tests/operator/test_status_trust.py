@@ -113,3 +113,10 @@ def test_a_revert_refuses_a_forged_record_of_what_was_there() -> None:
     was["workers"]["LD_PRELOAD"] = {"name": "LD_PRELOAD", "valueFrom": {"secretKeyRef": {"name": "x", "key": "y"}}}
     notes[patches.PREVIOUS_ANNOTATION] = json.dumps(was)
     assert isinstance(patches.revert_patch(forged, "workers", env), str)
+
+
+def test_an_infinite_time_read_back_holds_no_slot_for_ever() -> None:
+    ledger = Ledger.from_status({"rotations": {"inFlight": [
+        {"pod": "w-1", "uid": "u1", "cluster": "rc", "group": "workers", "requestedAt": 1.0,
+         "phase": "replacing", "goneAt": float("inf")}]}})
+    assert ledger.inflight["u1"].gone_at is None  # the replacement's wait starts afresh, and ends

@@ -91,9 +91,18 @@ class InFlight:
                        peers=tuple(str(u) for u in d.get("peers") or []),
                        evicting_since=None if d.get("evictingSince") is None else float(d["evictingSince"]),
                        last_refusal=str(d.get("lastRefusal") or "")[:512],
-                       gone_at=None if d.get("goneAt") is None else float(d["goneAt"]))
+                       gone_at=_finite(d.get("goneAt")))
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def _finite(raw: Any) -> float | None:
+    """A time read back from the status: a number that is not finite (an
+    infinite ``goneAt`` would hold a group's slot for ever) reads as none."""
+    if raw is None:
+        return None
+    value = float(raw)
+    return value if math.isfinite(value) else None
 
 
 @dataclasses.dataclass

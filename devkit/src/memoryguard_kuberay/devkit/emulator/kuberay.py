@@ -81,7 +81,10 @@ def pod_from_template(rc: dict[str, Any], group: str, kind: str, template: dict[
 
 def desired_pods(group: dict[str, Any]) -> int:
     """A worker group's pods: ``replicas`` held within [minReplicas,
-    maxReplicas], times ``numOfHosts``; 0 when suspended."""
+    maxReplicas], times ``numOfHosts``; 0 when suspended. Written here
+    again on purpose, not imported from the operator's groups.py: the
+    contract row replicas_clamped holds this emulation to the real KubeRay,
+    which it could not do were both the operator's one reading."""
     lo = int(group.get("minReplicas") or 0)
     hi = int(group["maxReplicas"]) if group.get("maxReplicas") is not None else 2**31 - 1
     replicas = lo if group.get("replicas") is None else int(group["replicas"])
