@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 PHONY_TIERS := check e2e ray emulator realk8s
-.PHONY: setup run demo test lint typecheck unit $(PHONY_TIERS) faults real-pods soak bench bench-sidecar bench-hostile bench-tenants bench-flood bench-state bench-operator real-leak crds traces clean
+.PHONY: setup run demo test lint typecheck unit $(PHONY_TIERS) faults real-pods cgroupv2 soak bench bench-sidecar bench-hostile bench-tenants bench-flood bench-state bench-operator real-leak crds traces clean
 
 PARTS   := core sidecar operator devkit
 
@@ -36,7 +36,7 @@ typecheck: $(STAMP)
 # tests/conftest.py marks the folders): `make check` is the fast tier for
 # every change (lint, types, the core and the units: under 5 minutes here);
 # `make test` is everything, what CI runs.
-FAST := not (e2e or ray or realk8s or realpods or slow or faults or emulator)
+FAST := not (e2e or ray or realk8s or realpods or slow or faults or emulator or cgroupv2)
 
 check: lint typecheck
 	$(BIN)/pytest -q -m "$(FAST)"
@@ -116,6 +116,11 @@ faults: $(STAMP)
 # the real-pod tier alone (a real kubelet, the project's images, a real leak).
 real-pods: $(STAMP)
 	$(BIN)/pytest -q -s tests/realpods
+
+# The sidecar on a real cgroup v2 kernel, and the v1 layout of that kernel
+# (../shared/cgroupv2 under QEMU; root): two VMs, about 8 minutes.
+cgroupv2: $(STAMP)
+	$(BIN)/pytest -q -s -m cgroupv2
 
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.devkit.emulator.api import ApiError, EmulatedApi
 from memoryguard_kuberay.devkit.emulator.world import load_crds
 from memoryguard_kuberay.operator import crd
@@ -59,7 +60,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     api = real.admin()
     if api.get(f"/api/v1/namespaces/{NS}") is None:
         api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": NS}})
-    mg = f"{crd.PLURAL}.{crd.GROUP}"
+    mg = f"{C.PLURAL}.{C.GROUP}"
     if api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{mg}") is None:
         api.ok("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd.crd())
     real.wait_established(mg)

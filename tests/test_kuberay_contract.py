@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.kuberay import KubeRayStandIn
 from memoryguard_kuberay.devkit.emulator.patching import json_patch
 from memoryguard_kuberay.devkit.emulator.world import load_crds
 from memoryguard_kuberay.operator import kuberayrules, patches
-from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection
 
 from .devworld import kuberay_file, served_in_a_thread
@@ -254,7 +254,7 @@ def test_multi_host_replica_goes_whole(backend: Backend) -> None:
     _claimed(b, "multi_host_replica_goes_whole")
     b.api.ok("POST", RCS, cluster("multi", replicas=1, worker={"numOfHosts": 2}))
     hosts = b.running("multi", "w", 2)
-    replica = {p["metadata"]["labels"].get(pi.LABEL_REPLICA_NAME) for p in hosts}
+    replica = {p["metadata"]["labels"].get(C.LABEL_REPLICA_NAME) for p in hosts}
     victim, other = hosts[0]["metadata"]["name"], hosts[1]["metadata"]["name"]
     assert b.evict(victim) == 201
     b.wait(lambda: victim not in {p["metadata"]["name"] for p in b.pods("multi", "w")}, 60, f"{victim} gone")

@@ -14,7 +14,7 @@ from memoryguard_kuberay.core.policy.types import Decision
 from memoryguard_kuberay.core.policy.window import HoldTimer
 from memoryguard_kuberay.core.settings import PolicySettings
 
-from .helpers import first_rotation, run, sample, series, window_of
+from .helpers import GIB, LIMIT, first_rotation, run, sample, series, window_of
 
 H = 3600.0
 
@@ -316,3 +316,23 @@ def test_a_pods_start_is_a_step_not_a_pace(name: str, rest: Callable[[float], fl
     else:
         assert t is not None, f"{name}: never rotated"
         assert window[0] <= t <= window[1], f"{name}: rotated at {t:.0f} s"
+
+
+def _store_full_with_shmem(anon_per_h: float, hours: float = 8) -> list[tuple[float, Decision]]:
+    """A store held 97% full, spilling unknown, its pages (shmem) rising
+    2 GiB/h as Plasma touches more of its mapping; anon as given."""
+    out = []
+    for s in series(lambda t: 0.3, hours, store=0.97):
+        shmem = int(min(8 * GIB, 2 * GIB * s.time_s / 3600))
+        anon = int(0.25 * LIMIT + anon_per_h * LIMIT * s.time_s / 3600)
+        out.append(dataclasses.replace(s, anon_bytes=anon, shmem_bytes=shmem, file_bytes=GIB,
+                                       memory_current_bytes=anon + shmem + GIB, plasma_spilled_bytes=None))
+    return run(out)
+
+
+def test_a_store_filling_its_own_pages_is_not_the_process_growing() -> None:
+    """Issue 39: memory in use counts the store's shmem; with spilling unknown
+    a healthy pod whose store touches more pages was rotated as if it grew."""
+    assert not [d for _, d in _store_full_with_shmem(anon_per_h=0.0) if d.action is Action.ROTATE]
+    grown = [d for _, d in _store_full_with_shmem(anon_per_h=0.02, hours=10) if d.action is Action.ROTATE]
+    assert grown and any("anon" in d.message for d in grown if d.reason is Reason.OBJECT_STORE_FULL), grown[:1]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.operator import guarding, guardstate, sidecar_client
 from memoryguard_kuberay.operator import podinfo as pi
@@ -88,7 +89,7 @@ class FixedClock(Clock):
 
 def _pod(name: str, ip: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "labels": {
-        pi.LABEL_CLUSTER: "rc", pi.LABEL_GROUP: "workers", pi.LABEL_IS_RAY_NODE: "yes"}},
+        C.LABEL_CLUSTER: "rc", C.LABEL_GROUP: "workers", C.LABEL_IS_RAY_NODE: "yes"}},
         "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]}}
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Action, Reason, RotationHistory, decide
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.operator import clusters, kuberayrules, patches, remediation, rotation
@@ -95,8 +96,8 @@ def test_a_held_cluster_gets_the_remediation_as_advice_never_as_a_patch() -> Non
     rc = _rc(upgradeStrategy={"type": "Recreate"})
     spec = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "remediation": {"jemalloc": {"mode": "auto"}}})
     kube = FakeKube(rc, _guard({}))
-    pod = pi.pod_info({"metadata": {"name": "w1", "uid": "u1", "labels": {pi.LABEL_CLUSTER: "rc",
-                                                                         pi.LABEL_GROUP: "workers"}}})
+    pod = pi.pod_info({"metadata": {"name": "w1", "uid": "u1", "labels": {C.LABEL_CLUSTER: "rc",
+                                                                         C.LABEL_GROUP: "workers"}}})
     decision = _wants_rotation(PolicySettings(), RotationHistory())
     done = asyncio.run(remediation.remediate(kube, namespace=NS, spec=spec, rc=rc, pod=pod,  # type: ignore[arg-type]
                                              decision=decision, kind="jemalloc"))
@@ -156,7 +157,7 @@ class EvictKube:
 
 def _host(name: str, replica: str = "w-abc") -> pi.PodInfo:
     return pi.pod_info({"metadata": {"name": name, "uid": f"u-{name}", "namespace": NS, "labels": {
-        pi.LABEL_CLUSTER: "rc", pi.LABEL_GROUP: "workers", pi.LABEL_REPLICA_NAME: replica}},
+        C.LABEL_CLUSTER: "rc", C.LABEL_GROUP: "workers", C.LABEL_REPLICA_NAME: replica}},
         "status": {"phase": "Running", "podIP": "127.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]}})
 
 
@@ -207,8 +208,8 @@ JEMALLOC_AUTO = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "remediat
 
 
 def _jemalloc_auto(kube: RemedyKube, rc: dict[str, Any]) -> remediation.Remedied:
-    pod = pi.pod_info({"metadata": {"name": "w1", "uid": "u1", "labels": {pi.LABEL_CLUSTER: "rc",
-                                                                         pi.LABEL_GROUP: "workers"}}})
+    pod = pi.pod_info({"metadata": {"name": "w1", "uid": "u1", "labels": {C.LABEL_CLUSTER: "rc",
+                                                                         C.LABEL_GROUP: "workers"}}})
     return asyncio.run(remediation.remediate(kube, namespace=NS, spec=JEMALLOC_AUTO, rc=rc,  # type: ignore[arg-type]
                                              pod=pod, decision=_wants_rotation(PolicySettings(), RotationHistory()),
                                              kind="jemalloc"))

@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import PodWindow
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.operator import ledger, podinfo, sidecar_client
@@ -58,7 +59,7 @@ def test_pod_info_any_shape(pod: dict) -> None:  # type: ignore[type-arg]
     info = podinfo.pod_info(pod)
     assert isinstance(info.name, str) and isinstance(info.annotations, Mapping)
     assert info.ip is None or isinstance(info.ip, str)
-    assert not info.user_requested or info.annotations.get(podinfo.ANN_ROTATE, "").strip().lower() == "now"
+    assert not info.user_requested or info.annotations.get(C.ANN_ROTATE, "").strip().lower() == "now"
 
 
 @given(st.dictionaries(st.sampled_from(["pod", "uid", "cluster", "group", "reason", "requestedAt", "phase",
@@ -185,8 +186,8 @@ mark_values = st.text(max_size=12) | st.sampled_from(["draining", "evicting", "r
 
 
 @settings(max_examples=300)
-@given(st.lists(st.dictionaries(st.sampled_from([podinfo.ANN_PHASE, podinfo.ANN_GUARD, podinfo.ANN_REQUESTED_AT,
-                                                 podinfo.ANN_REASON, "x"]), mark_values), max_size=6))
+@given(st.lists(st.dictionaries(st.sampled_from([C.ANN_PHASE, C.ANN_GUARD, C.ANN_REQUESTED_AT,
+                                                 C.ANN_REASON, "x"]), mark_values), max_size=6))
 def test_rotation_marks_of_any_content_adopt_within_budget(marks: list[dict[str, str]]) -> None:
     """Rotation annotations anyone with pod patch rights could write: a
     restarted guard adopts only known steps, never more than maxUnavailable
@@ -194,9 +195,9 @@ def test_rotation_marks_of_any_content_adopt_within_budget(marks: list[dict[str,
     import math
 
     book = ledger.Ledger()
-    pods = [podinfo.pod_info({"metadata": {"name": f"w{i}", "uid": f"u{i}", "annotations": {**m, podinfo.ANN_GUARD: (
-        m.get(podinfo.ANN_GUARD) if i % 2 else "leak-guard")}, "labels": {
-        podinfo.LABEL_CLUSTER: "rc", podinfo.LABEL_GROUP: "g"}}}) for i, m in enumerate(marks)]
+    pods = [podinfo.pod_info({"metadata": {"name": f"w{i}", "uid": f"u{i}", "annotations": {**m, C.ANN_GUARD: (
+        m.get(C.ANN_GUARD) if i % 2 else "leak-guard")}, "labels": {
+        C.LABEL_CLUSTER: "rc", C.LABEL_GROUP: "g"}}}) for i, m in enumerate(marks)]
     book.adopt(pods, guard="leak-guard", max_unavailable=PolicySettings().max_unavailable, now=1e9)
     assert len(book.inflight) <= PolicySettings().max_unavailable
     for r in book.inflight.values():
@@ -332,7 +333,7 @@ def test_the_pod_cache_keeps_one_copy_of_what_many_pods_carry() -> None:
     # is one object, what is a pod's own is its own, and nothing is lost.
     def pod(i: int) -> dict[str, Any]:
         raw = {"metadata": {"name": f"rc-w-{i}", "namespace": "team-a", "uid": f"u{i}",
-                            "labels": {podinfo.LABEL_CLUSTER: "rc", podinfo.LABEL_GROUP: "workers"},
+                            "labels": {C.LABEL_CLUSTER: "rc", C.LABEL_GROUP: "workers"},
                             "annotations": {"unrelated": "x" * 100}},
                "spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.49.0",
                                         "env": [{"name": "MALLOC_CONF", "value": "background_thread:true"}]}]},

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.wire import ApiError as EmulatedError
@@ -23,8 +24,8 @@ from memoryguard_kuberay.operator.kube import ApiError, Credentials, Kube
 
 def _pod(name: str, cluster: str = "rc", **annotations: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "ns", "annotations": annotations,
-                         "labels": {pi.LABEL_IS_RAY_NODE: "yes", pi.LABEL_CLUSTER: cluster,
-                                    pi.LABEL_GROUP: "w", pi.LABEL_NODE_TYPE: "worker"}},
+                         "labels": {C.LABEL_IS_RAY_NODE: "yes", C.LABEL_CLUSTER: cluster,
+                                    C.LABEL_GROUP: "w", C.LABEL_NODE_TYPE: "worker"}},
             "status": {"phase": "Running", "podIP": "127.0.0.9"}}
 
 
@@ -77,14 +78,14 @@ async def test_changes_arrive_by_the_watch(world: tuple[EmulatedApi, podcache.Po
     api.remove("pods", "ns", "a0")
     moved = _pod("a1", cluster="other")
     api.put("pods", moved)
-    marked = _pod("a2", **{pi.ANN_PHASE: "draining"})
+    marked = _pod("a2", **{C.ANN_PHASE: "draining"})
     api.put("pods", marked)
     await _until(lambda: _names(caches, "rc") == ["a2", "a3", "a9"], "added, deleted and relabelled pods")
     assert _names(caches, "other") == ["a1", "b0"]
     cache = caches.caches["ns"]
     await _until(lambda: cache.by_cluster["rc"]["a2"].rotation_phase == "draining", "the annotation")
     unlabelled = _pod("a3")
-    del unlabelled["metadata"]["labels"][pi.LABEL_IS_RAY_NODE]  # no longer a Ray pod: the watch says DELETED
+    del unlabelled["metadata"]["labels"][C.LABEL_IS_RAY_NODE]  # no longer a Ray pod: the watch says DELETED
     api.put("pods", unlabelled)
     await _until(lambda: _names(caches, "rc") == ["a2", "a9"], "the pod that left the selector gone")
     assert cache.lists == 1
@@ -140,10 +141,10 @@ async def test_a_namespace_never_listed_is_an_error_not_an_empty_cluster(
 async def test_a_pod_is_kept_as_what_the_operator_reads_of_it(world: tuple[EmulatedApi, podcache.PodCaches]) -> None:
     api, caches = world
     await caches.pods("ns", "g", ["rc"], wait_s=5)
-    api.put("pods", _pod("fat", **{"tenant.example/blob": "x" * 1_000_000, pi.ANN_REASON: "y" * 100_000}))
+    api.put("pods", _pod("fat", **{"tenant.example/blob": "x" * 1_000_000, C.ANN_REASON: "y" * 100_000}))
     await _until(lambda: "fat" in _names(caches, "rc"), "the pod")
     kept = caches.caches["ns"].by_cluster["rc"]["fat"]
-    assert list(kept.annotations) == [pi.ANN_REASON] and len(kept.annotations[pi.ANN_REASON]) == pi.MAX_ANNOTATION
+    assert list(kept.annotations) == [C.ANN_REASON] and len(kept.annotations[C.ANN_REASON]) == pi.MAX_ANNOTATION
 
 
 async def test_the_last_guard_of_a_namespace_closes_its_cache(world: tuple[EmulatedApi, podcache.PodCaches]) -> None:
@@ -190,13 +191,13 @@ def test_what_a_pod_carries_is_kept_within_a_bound_whatever_it_sends() -> None:
 
     def hostile(n: int) -> dict[str, Any]:
         return {"metadata": {"name": f"p{n}", "uid": f"u{n}", "namespace": "t", "labels": {
-            pi.LABEL_CLUSTER: "rc", pi.LABEL_GROUP: "w"}, "annotations": {
-            **{f"memoryguard.io/pad-{i}": "x" * 4096 for i in range(62)}, pi.ANN_REASON: "r" * 100_000}},
+            C.LABEL_CLUSTER: "rc", C.LABEL_GROUP: "w"}, "annotations": {
+            **{f"memoryguard.io/pad-{i}": "x" * 4096 for i in range(62)}, C.ANN_REASON: "r" * 100_000}},
             "spec": {"containers": [{"name": "ray", "env": [
                 {"name": "LD_PRELOAD" + "x" * 100_000 + str(i), "value": "v"} for i in range(200)]}]}}
 
     info = pi.pod_info(hostile(0))
-    assert list(info.annotations) == [pi.ANN_REASON] and len(info.annotations[pi.ANN_REASON]) == pi.MAX_ANNOTATION
+    assert list(info.annotations) == [C.ANN_REASON] and len(info.annotations[C.ANN_REASON]) == pi.MAX_ANNOTATION
     assert info.remedy_env == {}
     kept = sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in info.annotations.items())
     assert kept < 2048, kept

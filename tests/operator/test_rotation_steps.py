@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator import rotation
 from memoryguard_kuberay.operator.drain import DrainResult
@@ -26,7 +27,7 @@ class Api:
 
     async def patch_pod_annotations(self, namespace: str, name: str, ann: dict[str, Any]) -> None:
         self.calls.append("annotate:" + ",".join(f"{k.split('/')[-1]}={v}" for k, v in sorted(ann.items())
-                                                  if k == pi.ANN_PHASE or v is None))
+                                                  if k == C.ANN_PHASE or v is None))
 
     async def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> tuple[EvictionAnswer, str]:
         self.calls.append("evict")
@@ -43,7 +44,7 @@ class Drainer:
 
 def _pod(name: str, uid: str, *, ready: bool = True, terminating: bool = False) -> pi.PodInfo:
     meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": uid,
-                            "labels": {pi.LABEL_CLUSTER: "rc", pi.LABEL_GROUP: "w"}}
+                            "labels": {C.LABEL_CLUSTER: "rc", C.LABEL_GROUP: "w"}}
     if terminating:
         meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
     return pi.pod_info({"metadata": meta, "status": {"phase": "Running", "podIP": "127.0.0.5", "conditions": [

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Action, PodWindow
 from memoryguard_kuberay.core.simulate import replay
 from memoryguard_kuberay.core.traces import read_trace
@@ -61,7 +62,7 @@ def _operator_decisions(trace_name: str) -> list[tuple[float, str, str]]:
     loop = GuardReconciler(shared, "default", "g")
     loop.memory = Memory(settings=spec.policy)
     pod = podinfo.pod_info({"metadata": {"name": "w", "uid": "u", "labels": {
-        podinfo.LABEL_CLUSTER: "rc", podinfo.LABEL_GROUP: "workers"}},
+        C.LABEL_CLUSTER: "rc", C.LABEL_GROUP: "workers"}},
         "status": {"phase": "Running", "podIP": "127.0.0.9", "conditions": [{"type": "Ready", "status": "True"}]}})
     rc = {"metadata": {"name": "rc"}, "spec": {"workerGroupSpecs": [{"groupName": "workers", "replicas": 1,
                                                                       "template": {"spec": {"containers": [{}]}}}]}}

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import guarding, sidecar_client
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.ledger import Ledger
@@ -22,19 +23,19 @@ from .test_cycle_steps import GUARD, NS, RC, SPEC, FakeKube, FakePods, FixedCloc
 
 def _head() -> dict[str, Any]:
     p = _pod("rc-head", "127.0.0.20")
-    p["metadata"]["labels"].update({pi.LABEL_NODE_TYPE: "head", pi.LABEL_GROUP: pi.HEAD_GROUP})
+    p["metadata"]["labels"].update({C.LABEL_NODE_TYPE: "head", C.LABEL_GROUP: C.HEAD_GROUP})
     return p
 
 
 def _marked(p: dict[str, Any], guard: str = GUARD) -> dict[str, Any]:
-    p["metadata"]["annotations"] = {pi.ANN_GUARD: guard, pi.ANN_PHASE: "evicting", pi.ANN_REQUESTED_AT: "1"}
+    p["metadata"]["annotations"] = {C.ANN_GUARD: guard, C.ANN_PHASE: "evicting", C.ANN_REQUESTED_AT: "1"}
     return p
 
 
 def _forged(pods: list[dict[str, Any]], phase: str = "evicting") -> dict[str, Any]:
     return {"rotations": {"total": 0, "inFlight": [
         {"pod": p["metadata"]["name"], "uid": p["metadata"]["uid"], "cluster": "rc",
-         "group": p["metadata"]["labels"][pi.LABEL_GROUP], "reason": "forged", "requestedAt": 1.0 + i,
+         "group": p["metadata"]["labels"][C.LABEL_GROUP], "reason": "forged", "requestedAt": 1.0 + i,
          "phase": phase} for i, p in enumerate(pods)]}}
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import guarding, sidecar_client
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.sidecar_client import Poll
@@ -21,14 +22,14 @@ from .test_cycle_steps import GUARD, NS, RC, SPEC, FakeKube, FakePods, FixedCloc
                                           ("", False)])
 def test_the_values_taken(value: str, taken: bool) -> None:
     p = _pod("w", "127.0.0.11")
-    p["metadata"]["annotations"] = {pi.ANN_ROTATE: value}
+    p["metadata"]["annotations"] = {C.ANN_ROTATE: value}
     info = pi.pod_info(p)
     assert info.user_requested is taken and (info.ask_ignored is None) is taken
 
 
 def test_a_value_not_taken_is_said_once_on_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
     asked = _pod("w-asked", "127.0.0.11")
-    asked["metadata"]["annotations"] = {pi.ANN_ROTATE: "please"}
+    asked["metadata"]["annotations"] = {C.ANN_ROTATE: "please"}
     kube = FakeKube(RC, _guard(SPEC))
     ctx = _context(kube, FakePods([asked, _pod("w-2", "127.0.0.12")]), FixedClock())
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryguard_kuberay.operator import crd
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
 
 from .. import spectable
 from ..devworld import ROOT
 from .controlplane import ControlPlane
 
-PATH = f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/mg-admission/{crd.PLURAL}"
+PATH = f"/apis/{C.GROUP}/{C.VERSION}/namespaces/mg-admission/{C.PLURAL}"
 
 
 def _reader(spec: dict[str, Any], trusted: bool) -> bool:
@@ -28,13 +28,13 @@ def _reader(spec: dict[str, Any], trusted: bool) -> bool:
 def test_the_server_and_the_reader_agree_on_every_row(real: ControlPlane) -> None:
     api = real.admin()
     real.kubectl("apply", "--server-side", "-f", str(ROOT / "crds" / "memoryguard.io_memoryguards.yaml"))
-    real.wait_established(f"{crd.PLURAL}.{crd.GROUP}")
+    real.wait_established(f"{C.PLURAL}.{C.GROUP}")
     if api.get("/api/v1/namespaces/mg-admission") is None:
         api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": "mg-admission"}})
     disagree, counted = [], {"accepted": 0, "refused": 0, "operator only": 0,
                                                  "server only": 0}
     for row in spectable.ROWS:
-        body = {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": crd.KIND,
+        body = {"apiVersion": f"{C.GROUP}/{C.VERSION}", "kind": C.KIND,
                 "metadata": {"name": "probe"}, "spec": row.spec}
         status, doc, _ = api.call("POST", PATH, body, params={"dryRun": "All", "fieldValidation": "Strict"})
         assert status in (201, 400, 422), (row.id, status, doc)

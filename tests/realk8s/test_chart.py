@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import crd
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
 
@@ -16,7 +17,7 @@ from ..devworld import ROOT
 from .controlplane import ControlPlane
 
 CHART = str(ROOT / "charts" / "memoryguard")
-CRD_NAME = f"{crd.PLURAL}.{crd.GROUP}"
+CRD_NAME = f"{C.PLURAL}.{C.GROUP}"
 # The Prometheus Operator's kinds, as stand-in CRDs that keep any field: its
 # own CRDs are not on this machine. What is checked is the chart's side:
 # that it renders these objects where the API serves them and that the
@@ -81,7 +82,7 @@ def test_install_with_every_optional_object(real: ControlPlane) -> None:
 
 def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tmp_path: Any) -> None:
     real.kubectl("create", "namespace", "mg-columns")
-    guard = {"apiVersion": f"{crd.GROUP}/{crd.VERSION}", "kind": crd.KIND,
+    guard = {"apiVersion": f"{C.GROUP}/{C.VERSION}", "kind": C.KIND,
              "metadata": {"name": "g", "namespace": "mg-columns"}, "spec": {"clusterSelector": {"names": ["rc"]}}}
     path = tmp_path / "g.yaml"
     path.write_text(yaml.safe_dump(guard))
@@ -105,9 +106,9 @@ def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tm
                      previous={}, last_action_brief="WorkerRotated llm-serving-workers-worker-00042"[:st.BRIEF_MAX])
     # A usual guard name beside "g": the width is a user's, with names as theirs are.
     long_guard = {**guard, "metadata": {"name": "llm-serving-prod-guard", "namespace": "mg-columns"}}
-    real.admin().ok("POST", f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/mg-columns/{crd.PLURAL}", long_guard)
+    real.admin().ok("POST", f"/apis/{C.GROUP}/{C.VERSION}/namespaces/mg-columns/{C.PLURAL}", long_guard)
     for name in ("g", "llm-serving-prod-guard"):
-        real.admin().merge(f"/apis/{crd.GROUP}/{crd.VERSION}/namespaces/mg-columns/{crd.PLURAL}/{name}/status",
+        real.admin().merge(f"/apis/{C.GROUP}/{C.VERSION}/namespaces/mg-columns/{C.PLURAL}/{name}/status",
                            {"status": built})
     lines = real.kubectl("get", "mg", "-A").stdout.splitlines()
     print("\n" + "\n".join(lines))

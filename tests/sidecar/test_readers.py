@@ -109,17 +109,23 @@ def test_sampler_rediscovers_after_the_container_restarts(tmp_path: Path) -> Non
     first = s.take(1.0, StoreReading(used_bytes=5, capacity_bytes=10))
     assert first.working_set_bytes == 27380736000 - 1610612736 and first.store_fraction == 0.5
     # The Ray container restarts: new PIDs, a new cgroup (v1 here, to tell them
-    # apart), while the old descriptors may still read the old numbers.
+    # apart), while the old descriptors still read the old cgroup (a real
+    # kernel lets them until the cgroup is removed). That reading is served
+    # once, as the gone container's last: it is the one whose memory.events
+    # shows the OOM kill that ended it. Then the new container is read.
     make_proc(tmp_path / "new", "cgroup-v1-ray", v1=True)
     shutil.rmtree(proc)
     shutil.move(tmp_path / "new" / "proc", proc)
     (proc / "100").rename(proc / "1100")
+    last = s.take(1.5, StoreReading())
+    assert last.memory_current_bytes == 27380736000 and last.oom_kill_count == 1 and s.discoveries == 1
     second = s.take(2.0, StoreReading())
     assert second.memory_current_bytes == 2080251904 and s.discoveries == 2
     # Ray gone altogether: unknown, never zero, and it keeps looking.
     shutil.rmtree(proc)
     proc.mkdir()
-    gone = [s.take(float(t), StoreReading()) for t in range(3, 8)]
+    last, *gone = [s.take(float(t), StoreReading()) for t in range(3, 8)]
+    assert last.memory_current_bytes == 2080251904  # its last reading, once
     assert all(g.memory_current_bytes is None and g.working_set_bytes is None for g in gone)
     assert s.discoveries >= 3
 

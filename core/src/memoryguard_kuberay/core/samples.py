@@ -29,10 +29,16 @@ WIRE_FIELDS: tuple[tuple[str, str], ...] = (
     ("psi_some_avg10", "psi_some_avg10_pct"),
     ("psi_full_avg10", "psi_full_avg10_pct"),
     ("oom_kill", "oom_kill_count"),
+    ("memory_high", "memory_high_bytes"),
+    ("events_high", "high_events_count"),
+    ("events_max", "max_events_count"),
 )
 FLOAT_FIELDS = frozenset({"psi_some_avg10_pct", "psi_full_avg10_pct"})
 # Traces use the wire names, with t_s in place of time.
 TRACE_COLUMNS: tuple[str, ...] = ("t_s",) + tuple(w for w, _ in WIRE_FIELDS)
+# What only cgroup v2 gives: a trace has these columns when its source gave
+# them (a v1 node's, or a generated, trace keeps the columns it always had).
+V2_ONLY_COLUMNS: tuple[str, ...] = ("memory_high", "events_high", "events_max")
 
 # Values beyond this are garbage, not memory (16 EiB is the cgroup "no limit").
 _MAX_BYTES = 2**62
@@ -58,7 +64,16 @@ class Sample:
     plasma_spilled_bytes: int | None = None
     psi_some_avg10_pct: float | None = None
     psi_full_avg10_pct: float | None = None
+    # memory.events oom_kill: a counter whose rise means an OOM kill (its
+    # step is not the number of kills: oom.group counts a victim twice).
     oom_kill_count: int | None = None
+    # cgroup v2 only. memory.high: where the kernel starts throttling and
+    # reclaiming (None: not set, or v1). memory.events "high" and "max":
+    # counters of allocations throttled above memory.high and of charges
+    # that hit memory.max (they count for seconds before an OOM kill).
+    memory_high_bytes: int | None = None
+    high_events_count: int | None = None
+    max_events_count: int | None = None
 
     @property
     def working_set_bytes(self) -> int | None:

@@ -107,8 +107,12 @@ SETTINGS_TABLE: tuple[SettingSpec, ...] = (
 )
 
 # Settings given in the spec as percent but held as fractions.
+# Fields a guard writes in percent that the policy holds as fractions. PSI
+# (``*_pct``) is a percent in both: a guard's pressureFullPercent: 10 is 10%
+# (it was read as 0.1%, with a CRD default of 1000, until issue 40 found it).
 _PERCENT_ATTRS = frozenset(
-    s.attr for s in SETTINGS_TABLE if s.name.endswith("Percent") or s.name.endswith("PercentPerHour")
+    s.attr for s in SETTINGS_TABLE
+    if (s.name.endswith("Percent") or s.name.endswith("PercentPerHour")) and not s.attr.endswith("_pct")
 )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from memoryguard_kuberay.core import settings as core_settings
 from memoryguard_kuberay.core import trust as tr
+from memoryguard_kuberay.core.constants import SIDECAR_PORT
 
 
 class Kind(str, enum.Enum):
@@ -159,7 +160,7 @@ FIELDS: tuple[Field, ...] = (
                                                 "characters)"),
     Field("sampling.intervalSeconds", Kind.INT, 15, "How often each pod's sidecar is polled.", "s", 1, 3600),
     # Below 1024: the well-known ports (ssh, ...), a host's and never a sidecar's.
-    Field("sampling.sidecarPort", Kind.INT, 9108, "The sidecar's port on the pod IP.", "port", 1024, 65535,
+    Field("sampling.sidecarPort", Kind.INT, SIDECAR_PORT, "The sidecar's port on the pod IP.", "port", 1024, 65535,
           rules=(NOT_RESERVED,)),
     Field("sampling.timeoutSeconds", Kind.NUMBER, 5, "Timeout of one poll (all its pages).", "s", 0.1, 60),
     Field("rotation.replacementTimeoutSeconds", Kind.INT, 900,
@@ -214,7 +215,7 @@ FIELDS: tuple[Field, ...] = (
     Field("sidecar.image", Kind.STRING, None, "Default: the sidecar image the chart was installed with (and only "
           "images of the repositories the installer allows).", pattern=SAFE_IMAGE, max_length=255,
           problem="is not a valid image reference"),
-    Field("sidecar.port", Kind.INT, 9108, "The sidecar's port.", "port", 1024, 65535, rules=(NOT_RESERVED,)),
+    Field("sidecar.port", Kind.INT, SIDECAR_PORT, "The sidecar's port.", "port", 1024, 65535, rules=(NOT_RESERVED,)),
     Field("sidecar.resources.cpuRequest", Kind.STRING, "10m", "CPU request (at most 1).", "quantity",
           pattern=QUANTITY, max_length=32, problem="is not a quantity"),
     Field("sidecar.resources.memoryRequest", Kind.STRING, "32Mi", "Memory request (at most the limit).",

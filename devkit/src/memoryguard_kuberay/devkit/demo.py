@@ -26,6 +26,7 @@ from rich.live import Live
 from rich.text import Text
 
 from memoryguard_kuberay.core import commands, heatmap, helptext
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.plot import LIMIT_LABEL, mark, save_grid
 from memoryguard_kuberay.core.traces import read_labels, read_trace
 from memoryguard_kuberay.operator import forensics, forensics_cli, patches, topview
@@ -96,10 +97,10 @@ class Demo:
 
     def trace_for(self, pod: dict[str, Any]) -> Path:
         name, labels = pod["metadata"]["name"], pod["metadata"]["labels"]
-        if labels.get("ray.io/node-type") == "head":
+        if labels.get(C.LABEL_NODE_TYPE) == "head":
             trace = HEALTHY
         else:
-            group = labels.get("ray.io/group", "")
+            group = labels.get(C.LABEL_GROUP, "")
             n = sum(1 for p in self.groups.values() if p == group)
             self.groups[name] = group
             cast = CAST[group]

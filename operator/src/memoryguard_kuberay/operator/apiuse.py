@@ -7,14 +7,16 @@ not use. Pure data.
 
 from __future__ import annotations
 
+from memoryguard_kuberay.core import constants as C
+
 # (apiGroup, resource, verbs): exactly what this module's methods call, plus
 # what kopf itself needs to watch MemoryGuards (list, watch, patch for its
 # finalizer and progress annotations) and to discover namespaces and CRDs.
 # The chart's RBAC rules must equal this (tests/deploy/test_chart.py).
 API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("memoryguard.io", "memoryguards", ("list", "watch", "patch")),
-    ("memoryguard.io", "memoryguards/status", ("patch",)),
-    ("ray.io", "rayclusters", ("get", "list", "patch")),
+    (C.GROUP, C.PLURAL, ("list", "watch", "patch")),
+    (C.GROUP, f"{C.PLURAL}/status", ("patch",)),
+    (C.RAY_GROUP, C.RAYCLUSTERS, ("get", "list", "patch")),
     # Pods are listed in pages and watched (podcache.py), never listed whole every cycle.
     ("", "pods", ("list", "watch", "patch")),
     ("", "pods/eviction", ("create",)),
@@ -31,7 +33,7 @@ API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 # every guard and watch them go while the operator still runs their
 # finalizers. Its own ServiceAccount and ClusterRole, only for the hook.
 API_USE_UNINSTALL: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("memoryguard.io", "memoryguards", ("list", "delete")),
+    (C.GROUP, C.PLURAL, ("list", "delete")),
 )
 # Shards among replicas (shards.py): a Lease per shard and one per replica in
 # the operator's own namespace, with a Role there. Listed to see who is

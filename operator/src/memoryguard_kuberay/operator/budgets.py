@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.core import constants as C
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "memoryguard"}
 
@@ -39,7 +39,7 @@ def wanted_pdb(*, namespace: str, cluster: str, group: str, desired_pods: int, m
         "metadata": {"name": pdb_name(cluster, group), "namespace": namespace, "ownerReferences": [dict(owner)],
                      "labels": dict(MANAGED_BY)},
         "spec": {"minAvailable": min_available(desired_pods, max_unavailable),
-                 "selector": {"matchLabels": {pi.LABEL_CLUSTER: cluster, pi.LABEL_GROUP: group}}},
+                 "selector": {"matchLabels": {C.LABEL_CLUSTER: cluster, C.LABEL_GROUP: group}}},
     }
 
 

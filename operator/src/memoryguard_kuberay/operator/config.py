@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core import trust as tr
 from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE
 
@@ -46,7 +47,7 @@ def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
     e = os.environ if env is None else env
 
     def get(name: str, default: str) -> str:
-        return e.get("MEMORYGUARD_" + name, default)
+        return e.get(C.ENV_PREFIX + name, default)
 
     def number(name: str, default: str, kind: type, lo: float, hi: float) -> Any:
         raw = get(name, default)

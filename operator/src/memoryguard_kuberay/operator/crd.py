@@ -14,12 +14,8 @@ from typing import Any
 import yaml
 
 from memoryguard_kuberay.core import specschema
+from memoryguard_kuberay.core.constants import GROUP, KIND, PLURAL, VERSION
 from memoryguard_kuberay.core.settings import CROSS_RULES, crd_properties
-
-GROUP = "memoryguard.io"
-VERSION = "v1alpha1"
-PLURAL = "memoryguards"
-KIND = "MemoryGuard"
 
 
 def spec_schema() -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import budgets, clusters, kuberayrules, patches
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.decided import say
@@ -30,9 +31,9 @@ class NotYet(RuntimeError):
 async def unmark_pods(ctx: OperatorContext, namespace: str, guard: str) -> None:
     """This guard's rotation marks off every pod that has them: nothing may
     be left half-rotated by a guard that is gone."""
-    for p in await ctx.kube.list_pods(namespace, f"{pi.LABEL_IS_RAY_NODE}=yes"):
+    for p in await ctx.kube.list_pods(namespace, f"{C.LABEL_IS_RAY_NODE}=yes"):
         info = pi.pod_info(p)
-        if info.annotations.get(pi.ANN_GUARD) == guard and not info.terminating:
+        if info.annotations.get(C.ANN_GUARD) == guard and not info.terminating:
             await ctx.kube.patch_pod_annotations(namespace, info.name, dict.fromkeys(pi.ROTATION_ANNOTATIONS))
 
 

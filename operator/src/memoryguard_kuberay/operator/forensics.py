@@ -33,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Decision
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.operator import podhttp
@@ -45,9 +46,9 @@ PROBE_MAX_BYTES = 256 * 1024
 MAX_PROBES = 2  # rayprobe processes at once, across every guard of the operator
 MAX_SCAN = 5000  # ConfigMaps looked at when the oldest beyond spec.forensics.keep are deleted
 DATA_KEY = "forensics.json"
-LABEL_GUARD = "memoryguard.io/guard"
-LABEL_POD = "memoryguard.io/pod"
-LABEL_KIND = "memoryguard.io/artifact"
+LABEL_GUARD = C.LABEL_GUARD
+LABEL_POD = C.LABEL_POD
+LABEL_KIND = C.LABEL_ARTIFACT
 KIND = "forensics"
 # The probe's command (tests point it at stand-ins that hang or answer garbage).
 PROBE: tuple[str, ...] = (sys.executable, "-m", "memoryguard_kuberay.operator.rayprobe")
@@ -85,7 +86,7 @@ def memory_now(s: Sample | None) -> dict[str, Any] | None:
 
 async def sidecar_processes(ip: str, port: int, timeout_s: float) -> dict[str, Any]:
     try:
-        answer = await podhttp.get(ip, port, "/v1/processes", timeout_s=timeout_s, max_body=PROCESSES_MAX_BYTES)
+        answer = await podhttp.get(ip, port, C.PATH_PROCESSES, timeout_s=timeout_s, max_body=PROCESSES_MAX_BYTES)
     except podhttp.PodHttpError as exc:
         raise ValueError(str(exc)) from None
     if answer.status != 200:
@@ -238,8 +239,8 @@ async def keep(kube: Kube, artifact: Mapping[str, Any], subject: Subject, *, kee
     body = {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": subject.namespace,
                          "labels": {LABEL_GUARD: subject.guard, LABEL_POD: subject.pod[:63], LABEL_KIND: KIND},
-                         "annotations": {"memoryguard.io/collected-at": str(artifact.get("collectedAt"))},
-                         "ownerReferences": [{"apiVersion": "memoryguard.io/v1alpha1", "kind": "MemoryGuard",
+                         "annotations": {C.ANN_COLLECTED_AT: str(artifact.get("collectedAt"))},
+                         "ownerReferences": [{"apiVersion": C.API_VERSION, "kind": C.KIND,
                                               "name": subject.guard, "uid": subject.guard_uid}]},
             "data": {DATA_KEY: json.dumps(artifact, separators=(",", ":"))}}
     await kube.create_configmap(subject.namespace, body)

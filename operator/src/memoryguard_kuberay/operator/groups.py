@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import kuberayrules
 from memoryguard_kuberay.operator import podinfo as pi
 
@@ -24,7 +25,7 @@ def desired_replicas(rc: Mapping[str, Any]) -> dict[GroupKey, int]:
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
     raw_groups = spec.get("workerGroupSpecs")
     groups: list[Any] = raw_groups if isinstance(raw_groups, list) else []
-    out = {(name, pi.HEAD_GROUP): 1}
+    out = {(name, C.HEAD_GROUP): 1}
     for g in groups:
         if not isinstance(g, Mapping) or not isinstance(g.get("groupName"), str):
             continue

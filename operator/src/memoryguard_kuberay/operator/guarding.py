@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Action, Decision, Reason, RotationHistory, efficacy, urgency
 from memoryguard_kuberay.core.policy.efficacy import Verdict
 from memoryguard_kuberay.operator import (
@@ -304,7 +305,7 @@ class GuardReconciler:
             if (value := p.ask_ignored) is not None and p.uid not in self.mem.remembered.ignored:
                 self.mem.remembered.ignored.add(p.uid)
                 decided += Decided((say(EventReason.ASK_IGNORED, (
-                    f"{p.name}: {pi.ANN_ROTATE}={value[:64]!r} is not a value MemoryGuard takes: set it to "
+                    f"{p.name}: {C.ANN_ROTATE}={value[:64]!r} is not a value MemoryGuard takes: set it to "
                     f"{' or '.join(pi.ROTATE_VALUES)} to ask for a rotation"), pod_ref(p.name, p.uid)),))
         self.mem.remembered.forget_pods_except([p.uid for p in found.pods])
         return decided + Decided((), {"rotations": self.mem.ledger.to_status(),

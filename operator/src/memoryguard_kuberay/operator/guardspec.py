@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core import specfields
 from memoryguard_kuberay.core import trust as tr
 from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
@@ -47,7 +48,7 @@ class Selection:
 @dataclasses.dataclass(frozen=True)
 class Sampling:
     interval_s: float = 15.0
-    sidecar_port: int = 9108
+    sidecar_port: int = C.SIDECAR_PORT
     timeout_s: float = 5.0
 
 
@@ -70,7 +71,7 @@ class Spilling:
 class SidecarInjection:
     inject: bool = False
     image: str = DEFAULT_SIDECAR_IMAGE
-    port: int = 9108
+    port: int = C.SIDECAR_PORT
     cpu_request: str = "10m"
     memory_request: str = "32Mi"
     memory_limit: str = "64Mi"

@@ -9,7 +9,8 @@ from typing import Any
 
 import kopf
 
-from memoryguard_kuberay.operator import config, crd, finalizer, guarding, guardstate, kuberayrules
+from memoryguard_kuberay.core import constants as C
+from memoryguard_kuberay.operator import config, finalizer, guarding, guardstate, kuberayrules
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.drain import NoDrainer, RayGcsDrainer
 from memoryguard_kuberay.operator.eventqueue import EventPoster
@@ -101,7 +102,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await ctx.kube.close()
 
 
-@kopf.daemon(crd.GROUP, crd.VERSION, crd.PLURAL, cancellation_backoff=STOP_WAIT_S, cancellation_timeout=10.0)
+@kopf.daemon(C.GROUP, C.VERSION, C.PLURAL, cancellation_backoff=STOP_WAIT_S, cancellation_timeout=10.0)
 async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | None, name: str | None,
                 memo: kopf.Memo, **_: Any) -> None:
     """Each MemoryGuard's reconciler: one cycle per sampling interval until stopped."""
@@ -146,7 +147,7 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
             ctx.metrics.drop_guard(ns, nm)  # gone for good: none of its series stays
 
 
-@kopf.on.delete(crd.GROUP, crd.VERSION, crd.PLURAL)
+@kopf.on.delete(C.GROUP, C.VERSION, C.PLURAL)
 async def removed(body: kopf.Body, namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any) -> None:
     """Finalizer: take back what this guard put into other objects (finalizer.py),
     in the replica that holds the guard's shard (kopf runs this in every

@@ -21,6 +21,8 @@ from typing import Any
 
 import aiohttp
 
+from memoryguard_kuberay.core import constants as C
+
 # An Event refused by a busy or failing API server (429, 5xx, no answer) is
 # tried again after each of these delays (seconds), then dropped: as
 # client-go's recorder does, reporting retries a little but never blocks.
@@ -39,8 +41,8 @@ class PageTooLarge(Exception):
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"  # k8s.io/client-go/metadata
 MAX_WATCH_LINE = 4 * 1024 * 1024  # one watch event: an object is at most ~1.5 MiB in etcd
 
-RAYCLUSTERS = ("ray.io", "v1", "rayclusters")
-MEMORYGUARDS = ("memoryguard.io", "v1alpha1", "memoryguards")
+RAYCLUSTERS = (C.RAY_GROUP, C.RAY_VERSION, C.RAYCLUSTERS)
+MEMORYGUARDS = (C.GROUP, C.VERSION, C.PLURAL)
 PDBS = ("policy", "v1", "poddisruptionbudgets")
 LEASES = ("coordination.k8s.io", "v1", "leases")
 
@@ -448,7 +450,7 @@ class Kube:
                                "name": meta.get("name"), "namespace": namespace, "uid": meta.get("uid")},
             "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
             "source": {"component": "memoryguard"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-            "reportingComponent": "memoryguard.io/operator", "reportingInstance": "memoryguard",
+            "reportingComponent": C.REPORTING_COMPONENT, "reportingInstance": "memoryguard",
         }
         for delay in (*EVENT_RETRY_DELAYS_S, None):
             try:

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.decided import Say
 
@@ -157,7 +158,7 @@ class Ledger:
                 why = ("it is not a pod this guard guards" if not guarded(pod) or (pod.cluster, pod.group)
                        != (rot.cluster, rot.group) else
                        "the pod does not carry this guard's rotation marks"
-                       if pod.annotations.get(pi.ANN_GUARD) != guard or not pod.rotation_phase else
+                       if pod.annotations.get(C.ANN_GUARD) != guard or not pod.rotation_phase else
                        f"its group has {max_unavailable} rotation(s) in flight already (maxUnavailable)"
                        if kept.get((pod.cluster, pod.group), 0) >= max_unavailable else None)
                 if why:
@@ -191,7 +192,7 @@ class Ledger:
         a known step and within the group's budget, so annotations alone
         can never drive more evictions at once."""
         for p in pods:
-            if p.annotations.get(pi.ANN_GUARD) != guard or not p.rotation_phase or p.uid in self.inflight:
+            if p.annotations.get(C.ANN_GUARD) != guard or not p.rotation_phase or p.uid in self.inflight:
                 continue
             try:
                 phase = Phase(p.rotation_phase)
@@ -202,11 +203,11 @@ class Ledger:
                             "maxUnavailable", guard, p.name, p.rotation_phase[:40])
                 continue
             try:
-                at = float(p.annotations.get(pi.ANN_REQUESTED_AT, ""))
+                at = float(p.annotations.get(C.ANN_REQUESTED_AT, ""))
             except ValueError:
                 at = now
             self.inflight[p.uid] = InFlight(pod=p.name, uid=p.uid, cluster=p.cluster, group=p.group,
-                                            reason=p.annotations.get(pi.ANN_REASON, ""),
+                                            reason=p.annotations.get(C.ANN_REASON, ""),
                                             requested_at=at if math.isfinite(at) else now, phase=phase)
 
     def end(self, uid: str, outcome: Outcome, *, now: float) -> InFlight:

@@ -16,21 +16,22 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection, Spilling
 
 RAY_CONTAINER = 0  # KubeRay treats the first container of a template as the Ray container
-SIDECAR_NAME = pi.SIDECAR_NAME
+SIDECAR_NAME = C.SIDECAR_NAME
 SHM_VOLUME = "memoryguard-shm"
 NO_TOKEN_VOLUME = "memoryguard-no-token"
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
-INJECTED_ANNOTATION = "memoryguard.io/injected"
-REMEDIATION_ANNOTATION = "memoryguard.io/remediation"
+INJECTED_ANNOTATION = C.ANN_INJECTED
+REMEDIATION_ANNOTATION = C.ANN_REMEDIATION
 # What each remediated variable was before MemoryGuard set it ({group: {name:
 # env entry, or null: absent}}): kept on the RayCluster it was taken from, so
 # a revert gives back exactly that, and only whoever may edit the RayCluster
 # (and so its env anyway) can change what a revert writes.
-PREVIOUS_ANNOTATION = "memoryguard.io/remediation-previous"
+PREVIOUS_ANNOTATION = C.ANN_REMEDIATION_PREVIOUS
 Op = dict[str, Any]
 # Ray's own images run Ray as user "ray": uid 1000, gid 100 ("users"). The
 # sidecar reads the Ray processes' cgroup through /proc/<pid>/root, which
@@ -79,7 +80,7 @@ CALL_SITES_ENV = {"RAY_record_ref_creation_sites": "1"}
 # that remediation is written into the env as before.
 REMEDY_CONFIGMAP = pi.REMEDY_CONFIGMAP
 ENV_FROM = pi.ENV_FROM  # a pod's remedy_env key: it reads this remediation ConfigMap
-REMEDY_LABEL = "memoryguard.io/remedy"
+REMEDY_LABEL = C.LABEL_REMEDY
 
 
 def remedy_configmap(cluster: str, group: str, kind: str) -> str:
@@ -346,19 +347,19 @@ def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: 
         "name": SIDECAR_NAME,
         "image": s.image,
         "args": ["sidecar", "--listen", f"0.0.0.0:{s.port}"],
-        "ports": [{"name": "mg-sidecar", "containerPort": s.port, "protocol": "TCP"}],
-        "env": [{"name": "MEMORYGUARD_MEMORY_LIMIT_BYTES", "valueFrom": {"resourceFieldRef": {
+        "ports": [{"name": C.SIDECAR_PORT_NAME, "containerPort": s.port, "protocol": "TCP"}],
+        "env": [{"name": C.ENV_MEMORY_LIMIT_BYTES, "valueFrom": {"resourceFieldRef": {
             "containerName": ray_container_name, "resource": "limits.memory"}}},
                 # Sent with every answer: the operator drops samples from a pod
                 # that is not the one it asked (an IP taken over by another pod).
-                {"name": "MEMORYGUARD_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-                {"name": "MEMORYGUARD_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                {"name": C.ENV_POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+                {"name": C.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
         "resources": {"requests": {"cpu": s.cpu_request, "memory": s.memory_request},
                       "limits": {"memory": s.memory_limit}},
         # No readinessProbe: a pod is Ready only when all its containers are,
         # and the sidecar's health must never decide whether the Ray pod
         # serves. Liveness restarts only a sampling loop stalled for minutes.
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": s.port}, "periodSeconds": 30,
+        "livenessProbe": {"httpGet": {"path": C.PATH_HEALTHZ, "port": s.port}, "periodSeconds": 30,
                           "timeoutSeconds": 5, "failureThreshold": 5},
         "securityContext": {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid,
                             "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,

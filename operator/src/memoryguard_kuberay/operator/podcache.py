@@ -34,11 +34,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.kube import ApiError, Gone, Kube, api_error, pod_path
 
 log = logging.getLogger("memoryguard_kuberay.operator")
-SELECTOR = f"{pi.LABEL_IS_RAY_NODE}=yes"
+SELECTOR = f"{C.LABEL_IS_RAY_NODE}=yes"
 WATCH_TIMEOUT_S = 300  # by default the server ends each watch after this (MEMORYGUARD_WATCH_TIMEOUT_SECONDS)
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 STALE_AFTER_S = 60.0

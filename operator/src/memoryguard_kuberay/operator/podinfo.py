@@ -11,28 +11,28 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-ANN_PREFIX = "memoryguard.io/"
+from memoryguard_kuberay.core.constants import (
+    ANN_DRAIN,
+    ANN_GUARD,
+    ANN_PHASE,
+    ANN_REASON,
+    ANN_REQUESTED_AT,
+    ANN_ROTATE,
+    LABEL_CLUSTER,
+    LABEL_GROUP,
+    LABEL_NODE_TYPE,
+    LABEL_REPLICA_NAME,
+    SIDECAR_NAME,
+)
+
 MAX_ANNOTATION = 512  # characters of one annotation kept (the operator writes at most 256)
-ANN_REQUESTED_AT = "memoryguard.io/rotation-requested-at"
-ANN_REASON = "memoryguard.io/rotation-reason"
-ANN_PHASE = "memoryguard.io/rotation-phase"  # draining | evicting
-ANN_GUARD = "memoryguard.io/rotation-guard"
-ANN_DRAIN = "memoryguard.io/rotation-drain"
-ANN_ROTATE = "memoryguard.io/rotate"  # set by a user: "now" (or "true")
 ROTATE_VALUES = ("now", "true")  # what the operator takes as a user's ask
 # What a rotation writes on a pod, and takes back when it ends without the
 # pod going (or when its guard is deleted).
 ROTATION_ANNOTATIONS = (ANN_REQUESTED_AT, ANN_REASON, ANN_PHASE, ANN_GUARD, ANN_DRAIN)
 READ_ANNOTATIONS = (*ROTATION_ANNOTATIONS, ANN_ROTATE)  # all the pod cache keeps of a pod's annotations
 
-LABEL_CLUSTER = "ray.io/cluster"
-LABEL_NODE_TYPE = "ray.io/node-type"
-LABEL_GROUP = "ray.io/group"
-HEAD_GROUP = "headgroup"  # KubeRay labels the head pod with this group name
-LABEL_IS_RAY_NODE = "ray.io/is-ray-node"
-LABEL_REPLICA_NAME = "ray.io/worker-group-replica-name"  # KubeRay v1.6+: the hosts of a multi-host replica
 MAX_LABEL = 63  # a label value's longest valid length
-SIDECAR_NAME = "memoryguard-sidecar"  # the container the operator injects
 # The env a remediation sets, read off a pod's Ray container: which pods run
 # the remediated template (the review compares them with those before).
 REMEDY_ENV_NAMES = frozenset({"LD_PRELOAD", "MALLOC_CONF", "RAY_object_spilling_threshold",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.decided import Say, pod_ref, say
 from memoryguard_kuberay.operator.drain import Drainer
@@ -29,8 +30,8 @@ MIN_REFUSALS = 3
 async def start(kube: Kube, pod: pi.PodInfo, *, guard: str, reason: str, now: float) -> InFlight:
     """Step 1: mark the pod (so a restarted operator knows) and record it."""
     await kube.patch_pod_annotations(pod.namespace, pod.name, {
-        pi.ANN_REQUESTED_AT: f"{now:.3f}", pi.ANN_REASON: reason[:256], pi.ANN_PHASE: Phase.DRAINING.value,
-        pi.ANN_GUARD: guard,
+        C.ANN_REQUESTED_AT: f"{now:.3f}", C.ANN_REASON: reason[:256], C.ANN_PHASE: Phase.DRAINING.value,
+        C.ANN_GUARD: guard,
     })
     return InFlight(pod=pod.name, uid=pod.uid, cluster=pod.cluster, group=pod.group, reason=reason[:256],
                     requested_at=now, phase=Phase.DRAINING)
@@ -106,8 +107,8 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
                                                   f"{rot.pod}: {msg}")
         else:
             msg, says = "no pod IP or GCS address; not drained", ()
-        await kube.patch_pod_annotations(pod.namespace, pod.name, {pi.ANN_PHASE: Phase.EVICTING.value,
-                                                                   pi.ANN_DRAIN: msg[:256]})
+        await kube.patch_pod_annotations(pod.namespace, pod.name, {C.ANN_PHASE: Phase.EVICTING.value,
+                                                                   C.ANN_DRAIN: msg[:256]})
         rot.phase = Phase.EVICTING
         return Outcome(says=says)
     if rot.phase is Phase.EVICTING:

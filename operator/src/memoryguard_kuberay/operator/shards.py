@@ -33,14 +33,15 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import shardplan
 from memoryguard_kuberay.operator.kube import ApiError, Kube
 from memoryguard_kuberay.operator.leader import LeaderElector, LeaseConfig
 
 log = logging.getLogger("memoryguard_kuberay.operator.shards")
-LABEL = "memoryguard.io/lease-set"  # on every Lease of a release: its base name
-ANN_SHARDS = "memoryguard.io/shards"  # on a presence Lease: the replica's shard count
-ANN_PODS = "memoryguard.io/pods"  # on a shard Lease: its guards' pods, as its holder last counted them
+LABEL = C.LABEL_LEASE_SET  # on every Lease of a release: its base name
+ANN_SHARDS = C.ANN_SHARDS  # on a presence Lease: the replica's shard count
+ANN_PODS = C.ANN_PODS  # on a shard Lease: its guards' pods, as its holder last counted them
 MAX_SHARDS = 256  # each a Lease renewed every renew_s by its holder
 FORGET_AFTER = 4  # a presence Lease unchanged for this many durations is deleted (a replica long gone)
 # A release's first placement: no shard Lease says its pods yet, so shards

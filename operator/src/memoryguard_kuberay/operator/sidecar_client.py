@@ -39,12 +39,13 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.operator import podhttp
 
 log = logging.getLogger(__name__)
 MAX_BODY = 512 * 1024
-MAX_SAMPLES = 2000
+MAX_SAMPLES = C.OPERATOR_MAX_SAMPLES
 MAX_PAGES = 16
 # What one poll may cost across all its pages (issue 24: 16 full pages of
 # 2,000 samples each were 32,000 samples a poll, and 100 such pods took the
@@ -168,7 +169,7 @@ async def _one(pool: podhttp.Pool, ip: str, port: int, since: float | None, *, t
                now: Callable[[], float], pod_uid: str | None, require_uid: bool, max_future_s: float,
                oldest_s: float | None, max_body: int) -> tuple[Poll, int]:
     """One page: the Poll and the bytes its body took."""
-    target = "/v1/samples" if since is None else f"/v1/samples?since={urllib.parse.quote(repr(since))}"
+    target = C.PATH_SAMPLES if since is None else f"{C.PATH_SAMPLES}?since={urllib.parse.quote(repr(since))}"
     t0 = time.monotonic()
     try:
         answer = await pool.get(ip, port, target, timeout_s=timeout_s, max_body=max_body, owner=pod_uid or "")

@@ -27,6 +27,13 @@ class MemoryReading:
     psi_some_avg10_pct: float | None = None
     psi_full_avg10_pct: float | None = None
     oom_kill_count: int | None = None
+    # cgroup v2 only: memory.high (None: "max" or unreadable, as high_known
+    # tells) and memory.events' "high" (allocations throttled above it) and
+    # "max" (charges that hit memory.max: seconds before an OOM kill).
+    high_bytes: int | None = None
+    high_known: bool = False
+    high_events_count: int | None = None
+    max_events_count: int | None = None
 
 
 class CgroupReader:
@@ -58,8 +65,13 @@ class CgroupReader:
 
 
 class CgroupV2Reader(CgroupReader):
-    """``memory.current``, ``memory.max``, ``memory.stat``, ``memory.events``,
-    ``memory.pressure`` of one cgroup v2 directory."""
+    """``memory.current``, ``memory.max``, ``memory.high``, ``memory.stat``,
+    ``memory.events``, ``memory.pressure`` of one cgroup v2 directory.
+
+    ``memory.events`` ``oom_kill`` is served as the kernel counts it: it went
+    up means an OOM kill, not how many (under ``memory.oom.group=1``, the
+    kubelet's default since 1.28, one kill of two processes counted 3 on a
+    real 6.1 kernel; docs/facts.md)."""
 
     kind = "cgroup-v2"
 
@@ -68,6 +80,7 @@ class CgroupV2Reader(CgroupReader):
 
     def read(self) -> MemoryReading:
         known, limit = parsers.parse_limit(self._file("memory.max").read())
+        high_known, high = parsers.parse_limit(self._file("memory.high").read())
         stat = parsers.parse_keyed(self._file("memory.stat").read())
         events = parsers.parse_keyed(self._file("memory.events").read())
         psi = parsers.parse_psi(self._file("memory.pressure").read()) if self._has_pressure() else {}
@@ -78,6 +91,8 @@ class CgroupV2Reader(CgroupReader):
             inactive_file_bytes=stat.get("inactive_file"), shmem_bytes=stat.get("shmem"),
             psi_some_avg10_pct=psi.get("some_avg10"), psi_full_avg10_pct=psi.get("full_avg10"),
             oom_kill_count=events.get("oom_kill"),
+            high_bytes=high, high_known=high_known,
+            high_events_count=events.get("high"), max_events_count=events.get("max"),
         )
 
     def _has_pressure(self) -> bool:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import TraceError, read_trace
@@ -32,20 +33,20 @@ from memoryguard_kuberay.sidecar.server import MAX_CONNECTIONS, Routes, SidecarS
 
 log = logging.getLogger("memoryguard_kuberay.sidecar")
 MAX_RING = 100_000
-PAGE_SAMPLES = 1000  # at most this many samples an answer (about 240 KB)
+PAGE_SAMPLES = C.PAGE_SAMPLES
 
 
 PROCESSES_REUSE_S = 10.0
 
 
 def _env(name: str, default: Any) -> Any:
-    return os.environ.get("MEMORYGUARD_" + name.upper().replace("-", "_"), default)
+    return os.environ.get(C.sidecar_env(name), default)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay sidecar",
                                 description=helptext.summary(__doc__))
-    p.add_argument("--listen", default=_env("listen", "0.0.0.0:9108"), help="HOST:PORT to serve on")
+    p.add_argument("--listen", default=_env("listen", f"0.0.0.0:{C.SIDECAR_PORT}"), help="HOST:PORT to serve on")
     p.add_argument("--interval", type=float, default=_env("interval", str(5)), help="seconds between samples")
     # Four hours: the policy's trend needs more than two (trendMinSpanSeconds).
     p.add_argument("--window", type=float, default=_env("window", str(14400)),
@@ -171,7 +172,7 @@ class Sidecar(Routes, sidecar_metrics.StateView):
     def samples_since(self, since: float | None) -> dict[str, Any]:
         """The oldest ``PAGE_SAMPLES`` samples after ``since``, and ``more``
         when there are others after them: an answer stays far below what
-        the operator accepts (its cap is 2,000 samples, 512 KiB), and the
+        the operator accepts (its cap is C.OPERATOR_MAX_SAMPLES samples, 512 KiB), and the
         operator asks again from the last one."""
         page: list[dict[str, Any]] = []
         more = False

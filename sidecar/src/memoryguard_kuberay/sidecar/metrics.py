@@ -17,6 +17,8 @@ P = "memoryguard_sidecar_"
 GAUGES: tuple[tuple[str, str, Callable[[Sample], float | int | None]], ...] = (
     ("memory_current_bytes", "memory.current of the Ray container", lambda s: s.memory_current_bytes),
     ("memory_max_bytes", "memory.max of the Ray container (absent: no limit)", lambda s: s.memory_max_bytes),
+    ("memory_high_bytes", "memory.high of the Ray container (absent: not set, or cgroup v1)",
+     lambda s: s.memory_high_bytes),
     ("working_set_bytes", "memory.current - inactive_file", lambda s: s.working_set_bytes),
     ("anon_bytes", "memory.stat anon", lambda s: s.anon_bytes),
     ("file_bytes", "memory.stat file", lambda s: s.file_bytes),
@@ -43,13 +45,19 @@ class SidecarCollector(Collector):
                     g = GaugeMetricFamily(P + name, doc)
                     g.add_metric([], float(value))
                     yield g
-            kills = last.oom_kill_count
-            if kills is not None:
-                # A count that only grows while the container lives: a counter
-                # (oom_kills_total), so rate() and increase() read it.
-                c = CounterMetricFamily(P + "oom_kills", "memory.events oom_kill since the container started")
-                c.add_metric([], float(kills))
-                yield c
+            # Counts that only grow while the container lives: counters
+            # (..._total), so rate() and increase() read them.
+            for name, doc, count in (
+                    ("oom_kills", "memory.events oom_kill since the container started (a rise is an OOM kill; "
+                                  "memory.oom.group counts a victim more than once)", last.oom_kill_count),
+                    ("memory_high_events", "memory.events high: allocations throttled above memory.high",
+                     last.high_events_count),
+                    ("memory_max_events", "memory.events max: charges that hit memory.max (they precede an OOM "
+                                          "kill)", last.max_events_count)):
+                if count is not None:
+                    c = CounterMetricFamily(P + name, doc)
+                    c.add_metric([], float(count))
+                    yield c
         shm = self.state.shm_charged_bytes()
         if shm is not None:
             g = GaugeMetricFamily(P + "shm_charged_bytes",

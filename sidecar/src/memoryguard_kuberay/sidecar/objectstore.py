@@ -16,6 +16,7 @@ import os
 import time
 import urllib.parse
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.sidecar.parsers import prom_values
 
 USED = b"ray_object_store_used_memory"
@@ -45,7 +46,7 @@ class RayMetricsScraper:
             raise ValueError(f"ray metrics URL must be http://host:port/path, got {url!r}")
         self.host = parsed.hostname
         self.port = parsed.port or 80
-        self.path = parsed.path or "/metrics"
+        self.path = parsed.path or C.RAY_METRICS_PATH
         self.min_interval_s = min_interval_s
         self.timeout_s = timeout_s  # each connect and read
         # The whole scrape: a page that drips one line a second never times a

@@ -72,7 +72,11 @@ def cgroup_dir_candidates(proc_root: str, pid: int) -> list[tuple[str, str]]:
     v2, v1 = cgroup_paths(proc_root, pid)
     base = os.path.join(proc_root, str(pid), "root", "sys", "fs", "cgroup")
     out: list[tuple[str, str]] = []
-    if v2 is not None:
+    # In a pod on cgroup v2 each container has its own cgroup namespace, and
+    # the kernel writes the Ray process's path relative to the reader's
+    # (``0::/../ray``): it names nothing under Ray's root, whose cgroup mount
+    # shows Ray's own cgroup at the top. Only a path with no ``..`` is one.
+    if v2 is not None and ".." not in v2.split("/"):
         out.append(("cgroup-v2", os.path.normpath(base + "/" + v2.lstrip("/"))))
     out.append(("cgroup-v2", base))  # a container with its own cgroup namespace sees itself at the root
     if v1 is not None:
@@ -149,9 +153,13 @@ def _readable(path: str) -> bool:
 
 def access_problem(proc_root: str, pid: int) -> str | None:
     """Why this process's files cannot be read, in a sentence, or None.
-    Reading /proc/<pid>/root and smaps_rollup needs the same uid AND gid as
-    the process (or CAP_SYS_PTRACE): a sidecar at 1000:1000 beside Ray's
-    1000:100 is refused every file (seen on a real kubelet, docs/facts.md)."""
+    The kernel's check (ptrace access, read mode) for /proc/<pid>/root and
+    smaps_rollup: the reader has CAP_SYS_PTRACE, or it has the process's
+    uid AND gid (real, effective and saved), the process is dumpable, and
+    the reader's permitted capabilities include the process's. Seen on a
+    real kubelet (a sidecar at 1000:1000 beside Ray's 1000:100) and on a
+    real cgroup v2 kernel (a root Ray with containerd's default capabilities
+    refuses a root reader with none; docs/facts.md)."""
     base = os.path.join(proc_root, str(pid))
     try:
         os.listdir(os.path.join(base, "root"))
@@ -160,15 +168,43 @@ def access_problem(proc_root: str, pid: int) -> str | None:
         pass
     except OSError:
         return None
-    ids = {}
+    status = _status(base)
+    uid, gid = status.get("Uid", "?"), status.get("Gid", "?")
+    mine = os.getuid(), os.getgid()
+    who = f"Ray's process {pid} (uid {uid}, gid {gid})"
+    me = f"this sidecar (uid {mine[0]}, gid {mine[1]})"
+    if uid == "0" and mine[0] != 0:
+        return (f"{who} runs as root and cannot be read by {me}: the sidecar never runs as root, and the kernel "
+                "lets only a reader with the same uid and gid (and the process's capabilities) or CAP_SYS_PTRACE "
+                "read /proc/<pid>/root; run the Ray container as a non-root user (Ray's images use 1000:100)")
+    if (uid, gid) != (str(mine[0]), str(mine[1])):  # a root reader without CAP_SYS_PTRACE is refused too
+        return (f"{who} cannot be read by {me}: the kernel lets only the same uid and gid read /proc/<pid>/root; "
+                "run the sidecar with the Ray container's runAsUser and runAsGroup")
+    theirs, ours = _caps(status.get("CapPrm")), _caps(_status("/proc/self").get("CapPrm"))
+    if theirs is not None and ours is not None and theirs & ~ours:
+        return (f"{who} holds capabilities {theirs & ~ours:#x} that {me} lacks: the kernel lets a reader with the "
+                "same uid and gid read /proc/<pid>/root only if it has the process's capabilities too; drop the "
+                "Ray container's capabilities (securityContext.capabilities.drop: [ALL])")
+    return (f"{who} cannot be read by {me} although both have the same uid and gid: the process is not "
+            "dumpable (it changed its identity, or set PR_SET_DUMPABLE 0), and only CAP_SYS_PTRACE reads it then")
+
+
+def _status(base: str) -> dict[str, str]:
+    """The first value of each line of ``<base>/status`` (Uid's real uid)."""
+    out: dict[str, str] = {}
     try:
         with open(os.path.join(base, "status"), "rb") as f:
             for line in f.read(8192).decode("utf-8", "replace").splitlines():
                 key, _, value = line.partition(":")
-                if key in ("Uid", "Gid"):
-                    ids[key] = value.split()[0] if value.split() else "?"
+                if value.split():
+                    out[key] = value.split()[0]
     except OSError:
         pass
-    return (f"Ray's process {pid} (uid {ids.get('Uid', '?')}, gid {ids.get('Gid', '?')}) cannot be read by this "
-            f"sidecar (uid {os.getuid()}, gid {os.getgid()}): the kernel lets only the same uid and gid read "
-            "/proc/<pid>/root; run the sidecar with the Ray container's runAsUser and runAsGroup")
+    return out
+
+
+def _caps(value: str | None) -> int | None:
+    try:
+        return int(value, 16) if value else None
+    except ValueError:
+        return None

@@ -16,6 +16,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import write_trace
@@ -30,7 +31,7 @@ class AnswerError(ValueError):
 
 def fetch_page(url: str, since: float | None, timeout_s: float = 10.0) -> tuple[list[Sample], bool]:
     """One answer: (samples, whether the sidecar has more after them)."""
-    full = url.rstrip("/") + "/v1/samples" + (f"?since={since!r}" if since is not None else "")
+    full = url.rstrip("/") + C.PATH_SAMPLES + (f"?since={since!r}" if since is not None else "")
     with urllib.request.urlopen(full, timeout=timeout_s) as resp:
         body = resp.read(MAX_ANSWER + 1)
     if len(body) > MAX_ANSWER:

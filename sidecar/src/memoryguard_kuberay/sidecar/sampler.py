@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.sidecar.cgroup import MemoryReading
 from memoryguard_kuberay.sidecar.discovery import Source, discover, source_name
 from memoryguard_kuberay.sidecar.objectstore import StoreReading
 
@@ -43,21 +44,38 @@ class Sampler:
         src = self.source
         return src is not None and src.pid is not None and not os.path.exists(f"{self.proc_root}/{src.pid}")
 
+    def _retire(self) -> None:
+        src = self.source
+        if src is not None:
+            for k, v in src.errors().items():
+                self.retired_errors[k] = self.retired_errors.get(k, 0) + v
+            src.close()
+        self.source = None
+
     def _ensure_source(self) -> Source | None:
-        if self.source is None or self.misses >= REDISCOVER_AFTER or self._source_gone():
-            if self.source is not None:
-                for k, v in self.source.errors().items():
-                    self.retired_errors[k] = self.retired_errors.get(k, 0) + v
-                self.source.close()
+        if self.source is None or self.misses >= REDISCOVER_AFTER:
+            self._retire()
             self.source = discover(cgroup_root=self.cgroup_root, proc_root=self.proc_root, pattern=self.pattern,
                                    limit_bytes=self.limit_bytes)
             self.discoveries += 1
             self.misses = 0
         return self.source
 
+    def _last_reading(self) -> MemoryReading | None:
+        """The gone container's final reading, through the descriptors still
+        held: they read its cgroup until the cgroup is removed, and that
+        reading is the one whose memory.events shows the OOM kill that ended
+        it (the new container's counters start at 0). Then look again."""
+        src = self.source
+        last = src.read() if src is not None else None
+        self._retire()
+        return last if last is not None and last.current_bytes is not None else None
+
     def take(self, now_s: float, store: StoreReading) -> Sample:
-        src = self._ensure_source()
-        m = src.read() if src is not None else None
+        m = self._last_reading() if self._source_gone() else None
+        if m is None:
+            src = self._ensure_source()
+            m = src.read() if src is not None else None
         if m is None or m.current_bytes is None:
             self.misses += 1
         else:
@@ -81,4 +99,7 @@ class Sampler:
             psi_some_avg10_pct=m.psi_some_avg10_pct if m else None,
             psi_full_avg10_pct=m.psi_full_avg10_pct if m else None,
             oom_kill_count=m.oom_kill_count if m else None,
+            memory_high_bytes=m.high_bytes if m is not None and m.high_known else None,
+            high_events_count=m.high_events_count if m else None,
+            max_events_count=m.max_events_count if m else None,
         )

@@ -31,6 +31,8 @@ import json
 import urllib.parse
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
+
 MAX_HEAD_BYTES = 8192
 HEAD_TIMEOUT_S = 5.0
 WRITE_TIMEOUT_S = 10.0
@@ -148,7 +150,7 @@ class SidecarServer:
                 finally:
                     self.waiting.pop(key, None)
                 _, path, response = self._route(head)
-                if path == "/v1/processes":
+                if path == C.PATH_PROCESSES:
                     doc = await self.routes.processes()
                     body = json.dumps(doc, separators=(",", ":")).encode() if doc is not None else b""
                     response = (_text(429, "Too Many Requests", "a scan is running", "Retry-After: 5\r\n")
@@ -177,7 +179,7 @@ class SidecarServer:
             return 405, "", _text(405, "Method Not Allowed", "only GET", "Allow: GET\r\n")
         url = urllib.parse.urlsplit(target)
         path = url.path
-        if path == "/v1/samples":
+        if path == C.PATH_SAMPLES:
             since: float | None = None
             try:
                 query = urllib.parse.parse_qs(url.query, max_num_fields=4)
@@ -189,11 +191,11 @@ class SidecarServer:
                 return 400, path, _text(400, "Bad Request", "since must be unix seconds")
             body = json.dumps(self.routes.samples_since(since), separators=(",", ":")).encode()
             return 200, path, _response(200, "OK", body, "application/json")
-        if path == "/v1/processes":
+        if path == C.PATH_PROCESSES:
             return 200, path, b""  # answered by _handle, off the event loop
-        if path == "/metrics":
+        if path == C.PATH_METRICS:
             return 200, path, _response(200, "OK", self.routes.metrics(), "text/plain; version=0.0.4; charset=utf-8")
-        if path == "/healthz":
+        if path == C.PATH_HEALTHZ:
             ok, why = self.routes.healthy()
             if ok:
                 return 200, path, _text(200, "OK", why)

@@ -88,7 +88,20 @@ def creep_projection(window: PodWindow, settings: PolicySettings,
         # After an in-place resize the workload may grow into its new room
         # for hours: the trend waits until growth has had time to stop.
         return NO, p
+    if not new_ground(window, since_s=now_s - settings.trend_window_s, level=window.used.buckets[-1].mean,
+                      limit=limit):
+        return NO, p
     return Verdict(True, f"growing {fmt_rate(p.slope_per_s * 3600)}, projected OOM in {fmt_duration(p.eta_s)}"), p
+
+
+def new_ground(window: PodWindow, *, since_s: float, level: float, limit: int) -> bool:
+    """The level is above every peak the pod reached before ``since_s`` (a
+    day back, in the floor series' two-hour buckets) by RAPID_NEW_GROUND of
+    the limit. A serving pod's morning surge climbs as steeply every morning
+    to where it climbed the day before, and a trend window of hours has
+    forgotten that day (issue 39); a leak climbs above it."""
+    older = [b.peak for b in window.floor.buckets if b.start_s + window.floor.bucket_s <= since_s]
+    return not older or level >= max(older) + RAPID_NEW_GROUND * limit
 
 
 # Rapid growth must rise this steadily (Kendall tau of one-minute means) and
@@ -122,8 +135,13 @@ def rapid_projection(window: PodWindow, settings: PolicySettings,
     seen = [b for b in window.used.buckets if b.start_s + window.used.bucket_s <= before]
     if not seen or before - seen[0].start_s < 2 * settings.rapid_window_s:
         return NO, p
+    # And a day back: a serving pod's morning surge climbs as steeply every
+    # morning to where it climbed the day before (the trend window alone,
+    # four hours, has forgotten it; issue 39). The floor series keeps 28 h
+    # of two-hour buckets, their peaks with them.
     level = window.rapid.buckets[-1].mean
-    if level < max(b.peak for b in seen) + RAPID_NEW_GROUND * limit:
+    if level < max(b.peak for b in seen) + RAPID_NEW_GROUND * limit or not new_ground(
+            window, since_s=before, level=level, limit=limit):
         return NO, p
     return Verdict(True, f"growing fast and steadily, {fmt_rate(p.slope_per_s * 3600)}, projected OOM in "
                          f"{fmt_duration(p.eta_s)}"), p
@@ -248,12 +266,22 @@ def store_full(obs: Observation) -> Verdict:
     full = f"object store at or above {s.store_full_fraction:.0%} for {fmt_duration(held)}"
     if obs.window.spill_known(obs.now_s):
         return Verdict(True, f"{full}, nothing spilled to disk")
-    growth = obs.creep[1]
+    # The processes' own memory growing, as an established trend: memory in
+    # use counts the store's pages (shmem), which a filling store makes rise
+    # on a healthy pod, and a slope read before the trend is established is
+    # noise (30 minutes in it read +47 GiB/h on one; issue 39).
     limit = obs.window.limit_bytes or 0
-    if growth is None or not limit or growth.slope_per_s * 3600.0 < s.min_growth_fraction_per_h * limit:
+    if not limit:
         return NO
-    return Verdict(True, f"{full}, spilling unknown (the raylet's metrics say nothing of it) and memory in use "
-                         f"growing {fmt_rate(growth.slope_per_s * 3600.0)}")
+    # Without memory.stat (no anon) memory in use is all there is to read.
+    anon = bool(obs.window.anon.buckets)
+    growth = project(obs.window.anon if anon else obs.window.used, now_s=obs.now_s, ceiling=OOM_AT * limit,
+                     min_slope_per_s=s.min_growth_fraction_per_h * limit / 3600.0, settings=s)
+    if growth is None or not growth.sustained:
+        return NO
+    what = "the processes' own memory (anon)" if anon else "memory in use"
+    return Verdict(True, f"{full}, spilling unknown (the raylet's metrics say nothing of it) and {what} growing "
+                         f"{fmt_rate(growth.slope_per_s * 3600.0)}")
 
 
 def high_usage(obs: Observation) -> Verdict:

@@ -246,7 +246,7 @@ class PodWindow:
     """Everything the policy remembers about one pod."""
 
     # One a pod, 20,000 a replica: slots, not a dict each (issue 25's RSS).
-    __slots__ = ("_first_oom_kills", "baseline_used_bytes", "critical", "first_s", "floor", "last",
+    __slots__ = ("_first_oom_kills", "anon", "baseline_used_bytes", "critical", "first_s", "floor", "last",
                  "last_spill_known_s", "last_spill_s", "limit_bytes", "oom_kills_seen", "pressure", "rapid",
                  "regime_s", "samples_rejected", "samples_seen", "settings", "store", "store_full", "used")
 
@@ -276,6 +276,9 @@ class PodWindow:
         # Unreclaimable memory (anon + shmem), the series every memory rule reads.
         self.used = Series(s.trend_bucket_s, s.trend_window_s)
         self.rapid = Series(RAPID_BUCKET_S, s.rapid_window_s)
+        # The processes' own memory (anon alone): "memory in use" counts the
+        # object store's pages (shmem), which a store filling makes rise.
+        self.anon = Series(s.trend_bucket_s, s.trend_window_s)
         self.floor = Series(FLOOR_BUCKET_S, FLOOR_WINDOW_S, on_lows=True)
         self.critical = HoldTimer()
         self.baseline_used_bytes: float | None = None  # level once warm-up is over
@@ -302,6 +305,7 @@ class PodWindow:
         used = sample.unreclaimable_bytes
         closed = self.used.add(t, float(used) if used is not None else None)
         self.rapid.add(t, float(used) if used is not None else None)
+        self.anon.add(t, float(sample.anon_bytes) if sample.anon_bytes is not None else None)
         if t - self.regime_start_s >= FLOOR_WARMUP_S:
             # The floor starts after the first hour: a model loading is not a
             # floor that rises (a cache filling for hours slows down, which
@@ -320,6 +324,13 @@ class PodWindow:
         self.critical.update(t, sample.used_fraction, s.critical_fraction, s.critical_fraction - s.hysteresis_fraction,
                              gap)
         full_psi = sample.psi_full_avg10_pct
+        if full_psi is not None and throttled_at_high(sample):
+            # Stalls above memory.high are the kernel holding the pod there by
+            # design (it reclaims and throttles; it never OOM-kills at
+            # memory.high): no risk of an OOM kill in themselves. A leak under
+            # memory.high still grows, slowly, toward memory.max, where the
+            # trend and critical usage judge it.
+            full_psi = 0.0
         self.pressure.update(t, full_psi, s.pressure_full_pct, s.pressure_full_pct / 2, gap)
         self.store_full.update(t, sample.store_fraction, s.store_full_fraction,
                                s.store_full_fraction - s.hysteresis_fraction, gap)
@@ -358,3 +369,15 @@ class PodWindow:
         if self.regime_s is None or self.last is None:
             return 0.0
         return self.last.time_s - self.regime_s
+
+
+HIGH_NEAR_FRACTION = 0.95  # memory.current this close to memory.high: the kernel is throttling there
+
+
+def throttled_at_high(sample: Sample) -> bool:
+    """The cgroup sits at its memory.high (cgroup v2; set below memory.max
+    by Kubernetes' MemoryQoS or by hand), where PSI comes from throttling."""
+    high, current, limit = sample.memory_high_bytes, sample.memory_current_bytes, sample.memory_max_bytes
+    if high is None or current is None or (limit is not None and high >= limit):
+        return False
+    return current >= HIGH_NEAR_FRACTION * high

@@ -43,6 +43,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from memoryguard_kuberay.core import constants as C
+
 from . import loopback
 from .api import EmulatedApi
 from .wire import now_iso
@@ -70,8 +72,8 @@ def pod_from_template(rc: dict[str, Any], group: str, kind: str, template: dict[
     tmeta = template.get("metadata") or {}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": namespace,
-        "labels": {**(tmeta.get("labels") or {}), "ray.io/is-ray-node": "yes", "ray.io/cluster": cluster,
-                   "ray.io/node-type": kind, "ray.io/group": group, "ray.io/identifier": f"{cluster}-{kind}",
+        "labels": {**(tmeta.get("labels") or {}), C.LABEL_IS_RAY_NODE: "yes", C.LABEL_CLUSTER: cluster,
+                   C.LABEL_NODE_TYPE: kind, C.LABEL_GROUP: group, "ray.io/identifier": f"{cluster}-{kind}",
                    "app.kubernetes.io/created-by": "kuberay-operator"},
         "annotations": dict(tmeta.get("annotations") or {}),
         "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster,
@@ -159,7 +161,7 @@ class KubeRayStandIn:
         pods = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")]
         for rc in self.api.objects("rayclusters", self.namespace):
             name = rc["metadata"]["name"]
-            mine = [p for p in pods if p["metadata"].get("labels", {}).get("ray.io/cluster") == name]
+            mine = [p for p in pods if p["metadata"].get("labels", {}).get(C.LABEL_CLUSTER) == name]
             spec = rc.get("spec") or {}
             if self._recreating(rc, mine):
                 continue
@@ -167,7 +169,7 @@ class KubeRayStandIn:
             for g in spec.get("workerGroupSpecs") or []:
                 wanted.append((g.get("groupName"), "worker", desired_pods(g), g.get("template") or {}))
             for group, kind, replicas, template in wanted:
-                have = [p for p in mine if p["metadata"]["labels"].get("ray.io/group") == group]
+                have = [p for p in mine if p["metadata"]["labels"].get(C.LABEL_GROUP) == group]
                 missing = replicas - len(have)
                 first_time = (name, group) not in self.seen_groups
                 if missing > 0 and (first_time or self.replace_delay_s is not None):

@@ -12,12 +12,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator.status import MAX_RECENT
 
 from .api import EmulatedApi
 from .disruption import is_ready
 
-PHASE = "memoryguard.io/rotation-phase"
+PHASE = C.ANN_PHASE  # the rotation's phase, as the operator writes it
 
 
 @dataclasses.dataclass
@@ -62,7 +63,7 @@ class Referee:
                                                f"(maxUnavailable {self.max_unavailable})")
 
     def on_rotation_started(self, name: str, uid: str, labels: dict[str, str]) -> None:
-        if labels.get("ray.io/node-type") == "head" and not self.include_head:
+        if labels.get(C.LABEL_NODE_TYPE) == "head" and not self.include_head:
             self.violate("head", f"rotation of the head pod {name}")
         good, now = self.last_good(name), self.clock()
         if good is None:
@@ -79,17 +80,17 @@ class Referee:
     def ready_peers(self, labels: dict[str, str], uid: str) -> int:
         """Ready pods of the group, other than ``uid``, neither going nor marked for rotation."""
         return sum(1 for p in self.api.objects("pods") if p["metadata"]["uid"] != uid
-                   and (p["metadata"].get("labels") or {}).get("ray.io/cluster") == labels.get("ray.io/cluster")
-                   and (p["metadata"].get("labels") or {}).get("ray.io/group") == labels.get("ray.io/group")
+                   and (p["metadata"].get("labels") or {}).get(C.LABEL_CLUSTER) == labels.get(C.LABEL_CLUSTER)
+                   and (p["metadata"].get("labels") or {}).get(C.LABEL_GROUP) == labels.get(C.LABEL_GROUP)
                    and is_ready(p) and not p["metadata"].get("deletionTimestamp")
                    and not (p["metadata"].get("annotations") or {}).get(PHASE))
 
     def desired(self, labels: dict[str, str]) -> int:
-        if labels.get("ray.io/node-type") == "head":
+        if labels.get(C.LABEL_NODE_TYPE) == "head":
             return 1
-        rc = self.api.get("rayclusters", "default", labels.get("ray.io/cluster", ""))
+        rc = self.api.get("rayclusters", "default", labels.get(C.LABEL_CLUSTER, ""))
         for g in ((rc or {}).get("spec") or {}).get("workerGroupSpecs") or []:
-            if g.get("groupName") == labels.get("ray.io/group"):
+            if g.get("groupName") == labels.get(C.LABEL_GROUP):
                 return int(g.get("replicas", 0))
         return 0
 

@@ -16,6 +16,8 @@ import json
 import os
 from collections.abc import Callable
 
+from memoryguard_kuberay.core import constants as C
+
 
 class Mode(str, enum.Enum):
     OK = "ok"
@@ -109,7 +111,7 @@ class SidecarProxy:
         w.close()
         status_line, _, rest = data.partition(b"\r\n")
         headers, _, body = rest.partition(b"\r\n\r\n")
-        is_samples = head.split(b" ", 2)[1].startswith(b"/v1/samples") if b" " in head else False
+        is_samples = head.split(b" ", 2)[1].startswith(C.PATH_SAMPLES.encode()) if b" " in head else False
         if is_samples and b" 200 " in status_line:
             body = spoil(mode, body)
         self.answers[mode] = self.answers.get(mode, 0) + 1

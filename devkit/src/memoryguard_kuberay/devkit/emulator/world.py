@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from memoryguard_kuberay.core import constants as C
+
 from .api import EmulatedApi
 from .kuberay import KubeRayStandIn
 from .server import EmulatorServer
@@ -63,7 +65,7 @@ class SidecarProcess:
             if self.proc.returncode is not None:
                 return False
             try:
-                ok = await asyncio.to_thread(_get_ok, self.url + "/healthz")
+                ok = await asyncio.to_thread(_get_ok, self.url + C.PATH_HEALTHZ)
             except OSError:
                 ok = False
             if ok:
@@ -170,7 +172,7 @@ class World:
 
     def pods(self, group: str | None = None) -> list[dict[str, Any]]:
         return [p for p in self.api.objects("pods", "default")
-                if group is None or p["metadata"]["labels"].get("ray.io/group") == group]
+                if group is None or p["metadata"]["labels"].get(C.LABEL_GROUP) == group]
 
     async def wait_for(self, pred: Callable[[], Any], timeout: float, what: str) -> Any:
         deadline = time.monotonic() + timeout

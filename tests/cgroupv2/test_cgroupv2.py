@@ -1,0 +1,349 @@
+"""The sidecar on a real cgroup v2 kernel (issue 40), and the same test on
+the v1 layout of that kernel.
+
+One VM per layout (the kit's Debian 6.1 kernel under QEMU, runc pods made
+by its podlib), each running the cases below in a Kubernetes-shaped pod:
+the project's sidecar, installed from its wheels and run with the uid, gid,
+capabilities and no-new-privileges ``patches.inject_patch`` renders for the
+case's Ray container, beside a Ray-like process that leaks (or not) under
+``memory.max`` (and ``memory.high``). The guest records what the sidecar
+served and what the files said; the tests here judge it:
+
+* every served field against the files read at the same moment;
+* the kernel's OOM kill seen in the samples (one rise of ``oom_kill``,
+  whatever it counts), the last sample before it kept, the restarted
+  container found again;
+* the policy (the test profile), fed the served answers through the
+  operator's own parser, rotates the leak before the kernel kills it;
+* under ``memory.high``: its value, the throttling counted, PSI ``full``;
+* the Ray container as 1000:100, as root, and as a uid set in the pod spec:
+  what the sidecar reads, or a message naming the real cause.
+
+Skipped, saying why, where the kit cannot run (no root, no kit, no image and
+none buildable)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryguard_kuberay.core.commands import load_guard_settings
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.simulate import replay
+from memoryguard_kuberay.operator import patches, sidecar_client
+from memoryguard_kuberay.operator.guardspec import SidecarInjection
+
+from ..devworld import ROOT
+from . import kit
+
+pytestmark = pytest.mark.cgroupv2
+
+MIB = 1 << 20
+TEST_PROFILE = ROOT / "examples" / "guards" / "test-profile.yaml"
+BOOT = "import sys; from memoryguard_kuberay.cli import main; sys.exit(main(sys.argv[1:]))"
+WINDOW_S = 1.5  # a served sample is compared with the file reads this close in time
+# Around the kill the files change faster than the reads follow (the kernel
+# reclaims and kills within a sample); those samples are judged by the OOM
+# test instead.
+KILL_MARGIN_S = 3.0
+
+
+def injected_sidecar(pod_security: dict[str, Any] | None) -> dict[str, Any]:
+    """The sidecar container the operator injects beside a Ray container
+    whose pod says ``pod_security`` (as a RayCluster template would)."""
+    spec: dict[str, Any] = {"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.40.0",
+                                            "resources": {"limits": {"memory": "256Mi"}}}]}
+    if pod_security:
+        spec["securityContext"] = pod_security
+    rc = {"spec": {"workerGroupSpecs": [{"groupName": "workers", "template": {"spec": spec}}]}}
+    ops = patches.inject_patch(rc, SidecarInjection(inject=True))
+    return next(op["value"] for op in ops if isinstance(op.get("value"), dict)
+                and op["value"].get("name") == patches.SIDECAR_NAME)
+
+
+def guest_sidecar(pod_security: dict[str, Any] | None) -> dict[str, Any]:
+    c = injected_sidecar(pod_security)
+    ctx = c["securityContext"]
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    return {"uid": ctx["runAsUser"], "gid": ctx["runAsGroup"], "caps": [],
+            "nnp": ctx["allowPrivilegeEscalation"] is False,
+            # The rendered args, sampling each second instead of every 5 s (the
+            # guest's Python is about ten times slower than a node's), no raylet.
+            "args": ["python3", "-c", BOOT, *c["args"], "--interval", "1", "--ray-metrics-url", ""]}
+
+
+def case(name: str, *, ray: tuple[int, int] = (1000, 100), pod_security: dict[str, Any] | None = None,
+         mem_max: int = 256 * MIB, rate: float = 0.0, **more: Any) -> dict[str, Any]:
+    security = pod_security if pod_security is not None else {"runAsUser": ray[0], "runAsGroup": ray[1]}
+    return {"name": name, "ray_uid": ray[0], "ray_gid": ray[1], "mem_max": mem_max, "rate": rate, "cache_mib": 24,
+            "sidecar": guest_sidecar(security), "timeout_s": 120, **more}
+
+
+# A leak of 1.2 MiB/s to a 256 MiB limit reaches the kill in about three
+# minutes: long enough for the test profile's two minutes of history.
+V2_CASES = [
+    case("leak-max", rate=1.2, restart=True, timeout_s=330),
+    case("leak-high", rate=4.0, mem_high=160 * MIB, after_high_s=30, timeout_s=150),
+    case("ray-1000-100", watch_s=20),
+    case("ray-root", ray=(0, 0), pod_security={"runAsUser": 0, "runAsGroup": 0}, watch_s=20),
+    case("ray-arbitrary", ray=(1234, 5678), watch_s=20),
+]
+V1_CASES = [
+    case("leak-max", rate=4.0, restart=True, timeout_s=150),
+    case("ray-1000-100", watch_s=20),
+]
+PORT = SidecarInjection().port
+
+V2_FILES = {  # served field: (file, key or None)
+    "memory_current": ("memory.current", None), "memory_max": ("memory.max", None),
+    "memory_high": ("memory.high", None), "anon": ("memory.stat", "anon"), "file": ("memory.stat", "file"),
+    "inactive_file": ("memory.stat", "inactive_file"), "shmem": ("memory.stat", "shmem"),
+    "oom_kill": ("memory.events", "oom_kill"), "events_high": ("memory.events", "high"),
+    "events_max": ("memory.events", "max"), "psi_some_avg10": ("memory.pressure", "some_avg10"),
+    "psi_full_avg10": ("memory.pressure", "full_avg10"),
+}
+V1_FILES = {
+    "memory_current": ("memory.usage_in_bytes", None), "memory_max": ("memory.limit_in_bytes", None),
+    "anon": ("memory.stat", "total_rss"), "file": ("memory.stat", "total_cache"),
+    "inactive_file": ("memory.stat", "total_inactive_file"), "shmem": ("memory.stat", "total_shmem"),
+    "oom_kill": ("memory.oom_control", "oom_kill"),
+}
+
+
+class Run:
+    def __init__(self, layout: str, share: Path, rc: int, wall_s: float, output: str) -> None:
+        self.layout, self.share, self.rc, self.wall_s, self.output = layout, share, rc, wall_s, output
+
+    def record(self, name: str) -> dict[str, Any]:
+        path = self.share / "out" / f"{name}.json"
+        assert path.is_file(), f"no record of {name} ({self.layout}); the guest said:\n{self.output}"
+        return kit.record(self.share, name)
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[Path]:
+    why = kit.unavailable()
+    if why:
+        pytest.skip(why)
+    with tempfile.TemporaryDirectory(prefix="mg-cg2-site-") as tmp:
+        kit.install_sidecar(Path(tmp) / "site", Path(tmp) / "wheels")
+        yield Path(tmp) / "site"
+
+
+def _run(layout: str, cases: list[dict[str, Any]], site: Path, tmp: Path) -> Run:
+    timeout = int(sum(c["timeout_s"] for c in cases) + 60 * len(cases) + 60)
+    rc, wall, out = kit.run_guest(tmp, site, cases, layout=layout, port=PORT, timeout_s=timeout)
+    print(f"\n[cgroupv2] the {layout} VM ran {len(cases)} cases in {wall:.0f} s (exit {rc})")
+    return Run(layout, tmp, rc, wall, out)
+
+
+@pytest.fixture(scope="module")
+def v2(site: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _run("v2", V2_CASES, site, tmp_path_factory.mktemp("cg2-v2"))
+
+
+@pytest.fixture(scope="module")
+def v1(site: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _run("v1", V1_CASES, site, tmp_path_factory.mktemp("cg2-v1"))
+
+
+def answers(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [a for a in rec["answers"] if a["status"] == 200]
+
+
+def served(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every sample the sidecar served, in order, once."""
+    out: dict[float, dict[str, Any]] = {}
+    for a in answers(rec):
+        for s in json.loads(a["body"])["samples"]:
+            out[s["time"]] = s
+    return [out[t] for t in sorted(out)]
+
+
+def file_value(read: dict[str, Any], file: str, key: str | None) -> float | None:
+    raw = read.get(file)
+    if key is not None:
+        return raw.get(key) if isinstance(raw, dict) else None
+    if raw == "max":
+        return math.inf
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
+
+
+def compare(rec: dict[str, Any], files: dict[str, tuple[str, str | None]]) -> tuple[int, list[str]]:
+    """(values compared, mismatches): each served value must lie within what
+    the files said in the reads around the sample's time, widened by the
+    largest step the file made between two of those reads (at the limit,
+    memory.current moves by a MiB or two between reads a third of a second
+    apart while the kernel reclaims: the sidecar's read falls between)."""
+    n, bad = 0, []
+    reads = rec["reads"]
+    killed = event_time(rec, "ray stopped")
+    for s in served(rec):
+        if s.get("memory_current") is None or (killed is not None and abs(s["time"] - killed) <= KILL_MARGIN_S):
+            continue
+        near = [r for r in reads if abs(r["t"] - s["time"]) <= WINDOW_S]
+        for field, (file, key) in files.items():
+            values = [v for r in near if (v := file_value(r, file, key)) is not None]
+            if not values:
+                continue
+            got = s.get(field)
+            got = math.inf if got is None and field in ("memory_max", "memory_high") else got
+            finite = [v for v in values if v != math.inf]
+            step = max((abs(b - a) for a, b in itertools.pairwise(finite)), default=0)
+            n += 1
+            if got is None or not min(values) - step <= got <= max(values) + step:
+                bad.append(f"t={s['time']:.2f} {field}: served {got}, files {min(values)}..{max(values)} "
+                           f"(step {step})")
+    return n, bad
+
+
+def num(v: float | None) -> str:
+    if v is None or v == math.inf:
+        return "max" if v == math.inf else "-"
+    return f"{v:.2f}" if isinstance(v, float) and not v.is_integer() else str(int(v))
+
+
+def print_table(rec: dict[str, Any], files: dict[str, tuple[str, str | None]], rows: int = 4) -> None:
+    samples = [s for s in served(rec) if s.get("memory_current") is not None]
+    picks = samples[:: max(1, len(samples) // rows)][:rows]
+    print(f"\n{'field':16}" + "".join(f"{'t+' + str(round(s['time'] - samples[0]['time'])) + ' s':>35}"
+                                      for s in picks))
+    for field, (file, key) in files.items():
+        cells = []
+        for s in picks:
+            near = [v for r in rec["reads"] if abs(r["t"] - s["time"]) <= WINDOW_S
+                    and (v := file_value(r, file, key)) is not None]
+            lo, hi = (min(near), max(near)) if near else (None, None)
+            span = "-" if lo is None else (num(lo) if lo == hi else f"{num(lo)}..{num(hi)}")
+            cells.append(f"{num(s.get(field)):>10} / {span:<21}")
+        print(f"{field:16}" + "".join(f"{c:>35}" for c in cells))
+    print("(served / the files in the reads within 1.5 s)")
+
+
+def event_time(rec: dict[str, Any], what: str) -> float | None:
+    return next((t for e, t in rec["events"] if e == what), None)
+
+
+# -- cgroup v2 ---------------------------------------------------------------
+
+def test_v2_every_served_field_is_what_the_files_said(v2: Run) -> None:
+    for name in ("leak-max", "leak-high"):
+        rec = v2.record(name)
+        n, bad = compare(rec, V2_FILES)
+        print(f"{name}: {n} served values compared with the files, {len(bad)} off")
+        assert n >= 200 and not bad, bad[:10]
+    print_table(v2.record("leak-max"), V2_FILES)
+
+
+def test_v2_the_oom_kill_is_seen_once_and_the_restarted_container_found(v2: Run) -> None:
+    rec = v2.record("leak-max")
+    killed, restarted = event_time(rec, "ray stopped"), event_time(rec, "ray restarted")
+    assert killed is not None and restarted is not None, rec["events"]
+    samples = served(rec)
+    before = [s for s in samples if s["time"] < restarted and s.get("memory_current") is not None]
+    after = [s for s in samples if s["time"] > restarted and s.get("memory_current") is not None]
+    kills = [s["oom_kill"] for s in before]
+    rises = sum(1 for a, b in itertools.pairwise(kills) if b > a)
+    at_kill = rec["at_kill"]["memory.events"]
+    print(f"memory.events at the kill: {at_kill}; served oom_kill before the restart: "
+          f"{sorted(set(kills))}; after: {sorted({s['oom_kill'] for s in after})}")
+    assert kills[0] == 0 and rises == 1, kills  # one kill, seen as one rise whatever oom_kill counts
+    last = max(before, key=lambda s: s["time"])
+    assert last["oom_kill"] > 0 and last["memory_current"] is not None  # the last sample before it, kept
+    assert after and after[0]["oom_kill"] == 0, "the restarted container is read again, its counters anew"
+    found = event_time(rec, "found again")
+    assert found is not None
+    print(f"the restarted container was found again {found - restarted:.1f} s after it started")
+
+
+def test_v2_the_policy_rotates_the_leak_before_the_kernel_kills_it(v2: Run) -> None:
+    rec = v2.record("leak-max")
+    killed = event_time(rec, "ray stopped")
+    assert killed is not None
+    samples: list[Sample] = []
+    for a in answers(rec):
+        # The operator's own parser, as its poller reads each answer.
+        poll = sidecar_client.parse(a["body"].encode(), latency_s=0.0, now_s=a["at"])
+        samples.extend(s for s in poll.samples if s.time_s < killed and (not samples or s.time_s > samples[-1].time_s))
+    result = replay("leak-max", samples, load_guard_settings(str(TEST_PROFILE)))
+    first = result.first_rotation_s
+    reasons = sorted({td.decision.reason.value for td in result.decisions})
+    print(f"kill at t+{killed - samples[0].time_s:.0f} s; first rotation at "
+          f"{'never' if first is None else f't+{first - samples[0].time_s:.0f} s'} ({reasons}); "
+          f"lead {'none' if first is None else f'{killed - first:.0f} s'}")
+    assert first is not None and first < killed
+
+
+def test_v2_memory_high_its_throttling_and_full_pressure_are_served(v2: Run) -> None:
+    rec = v2.record("leak-high")
+    crossed = event_time(rec, "crossed memory.high")
+    assert crossed is not None, rec["events"]
+    samples = [s for s in served(rec) if s.get("memory_current") is not None]
+    assert all(s["memory_high"] == 160 * MIB for s in samples)
+    assert samples[0]["events_high"] == 0 and samples[-1]["events_high"] > 0
+    full = max(s["psi_full_avg10"] or 0.0 for s in samples)
+    top = max(s["memory_current"] for s in samples) / MIB
+    print(f"events_high {samples[-1]['events_high']}, events_max {samples[-1]['events_max']}, "
+          f"PSI full avg10 at most {full}%, memory.current at most {top:.0f} MiB against memory.high 160 MiB "
+          "and memory.max 256 MiB")
+    assert full > 0
+
+
+@pytest.mark.parametrize("name,uid", [("ray-1000-100", 1000), ("ray-arbitrary", 1234)])
+def test_v2_a_sidecar_rendered_with_the_ray_containers_ids_reads_it(v2: Run, name: str, uid: int) -> None:
+    rec = v2.record(name)
+    samples = [s for s in served(rec) if s.get("memory_current") is not None]
+    sources = {json.loads(a["body"]).get("source") for a in answers(rec)}
+    print(f"{name}: sidecar uid {rec['case']['sidecar']['uid']}, {len(samples)} samples, source {sources}")
+    assert rec["case"]["sidecar"]["uid"] == uid and samples and samples[-1]["memory_max"] == 256 * MIB
+    # Ray's own cgroup, at the root of its cgroup mount: the path /proc/<pid>/cgroup
+    # gives (relative to the sidecar's namespace, "0::/../ray") is not taken.
+    assert all(s.startswith("cgroup-v2:/proc/") and s.endswith("/root/sys/fs/cgroup") for s in sources if s != "none")
+
+
+def test_v2_a_root_ray_is_not_read_and_the_message_says_why(v2: Run) -> None:
+    rec = v2.record("ray-root")
+    assert rec["case"]["sidecar"]["uid"] == 1000  # the sidecar is never root
+    assert not [s for s in served(rec) if s.get("memory_current") is not None]
+    log = rec["sidecar_log"]
+    print(log.strip().splitlines()[-3:])
+    assert "runs as root" in log and "run the Ray container as a non-root user" in log
+
+
+# -- the v1 layout of the same kernel ------------------------------------------
+
+def test_v1_every_served_field_is_what_the_files_said(v1: Run) -> None:
+    rec = v1.record("leak-max")
+    n, bad = compare(rec, V1_FILES)
+    print(f"v1 leak-max: {n} served values compared with the files, {len(bad)} off")
+    assert n >= 100 and not bad, bad[:10]
+    samples = served(rec)
+    assert all(s.get(f) is None for s in samples for f in ("memory_high", "events_high", "events_max",
+                                                           "psi_some_avg10"))
+
+
+def test_v1_the_oom_kill_is_seen_and_the_restarted_container_found(v1: Run) -> None:
+    rec = v1.record("leak-max")
+    restarted = event_time(rec, "ray restarted")
+    assert restarted is not None, rec["events"]
+    before = [s for s in served(rec) if s["time"] < restarted and s.get("memory_current") is not None]
+    kills = [s["oom_kill"] for s in before]
+    print(f"v1 memory.oom_control at the kill: {rec['at_kill']['memory.oom_control']}, failcnt "
+          f"{rec['at_kill']['memory.failcnt']}; served oom_kill {sorted(set(kills))}")
+    assert kills[0] == 0 and kills[-1] > 0
+    assert event_time(rec, "found again") is not None
+
+
+def test_v1_a_sidecar_with_the_ray_containers_ids_reads_it(v1: Run) -> None:
+    rec = v1.record("ray-1000-100")
+    sources = {json.loads(a["body"]).get("source") for a in answers(rec)} - {"none"}
+    assert [s for s in served(rec) if s.get("memory_current") is not None], rec["sidecar_log"][-2000:]
+    print(f"v1 source {sources}")
+    assert all(s.startswith("cgroup-v1:") for s in sources)
