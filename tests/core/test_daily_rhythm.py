@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from memoryguard_kuberay.core.units import fmt_oom_in
+
 from .helpers import first_rotation, run, series
 
 H = 3600.0
@@ -42,3 +44,11 @@ def test_a_leak_that_grows_only_with_traffic_is_caught_before_its_oom() -> None:
     oom_at = next(s.time_s for s in samples if rhythm(plateau)(s.time_s) >= 0.99)
     rotated = first_rotation(run(samples))
     assert rotated is not None and rotated < oom_at, (rotated, oom_at)
+
+
+def test_an_oom_already_reached_on_the_trend_is_said_in_words() -> None:
+    # A leak growing only with traffic was rotated with "projected OOM in 0 s"
+    # at 83% in use (issue 39): an ETA of 0 is the trend's peaks at the OOM
+    # point already, and the message says that.
+    assert fmt_oom_in(0.0) == "its peaks on this trend already reach the OOM point"
+    assert fmt_oom_in(5400.0) == "projected OOM in 1 h 30 m"

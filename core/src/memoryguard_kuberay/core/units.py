@@ -32,6 +32,15 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{s} s"
 
 
+def fmt_oom_in(eta_s: float | None) -> str:
+    """``projected OOM in 1 h 40 m``; where the trend with its peaks is at
+    the OOM point already (an ETA of 0), that, in words: "OOM in 0 s" said
+    of a pod at 83% in use is no time a person can act on (issue 39)."""
+    if eta_s is not None and eta_s <= 0:
+        return "its peaks on this trend already reach the OOM point"
+    return f"projected OOM in {fmt_duration(eta_s)}"
+
+
 def fmt_rate(bytes_per_hour: float | None) -> str:
     """``+4.4 GiB/h``."""
     if bytes_per_hour is None:

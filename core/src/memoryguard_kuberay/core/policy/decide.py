@@ -16,7 +16,7 @@ from memoryguard_kuberay.core.policy import detectors
 from memoryguard_kuberay.core.policy.types import Action, Decision, Evidence, Reason, RotationHistory
 from memoryguard_kuberay.core.policy.window import PodWindow
 from memoryguard_kuberay.core.settings import PolicySettings
-from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_rate
+from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_oom_in, fmt_rate
 
 Observation = detectors.Observation
 Detector = Callable[[Observation], detectors.Verdict]
@@ -172,7 +172,7 @@ def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHist
     if window.age_s < settings.trend_min_span_s:
         return [Decision(Action.NONE, Reason.WARMING_UP,
                          f"{summary(ev)}; trend needs {fmt_duration(settings.trend_min_span_s)} of history", ev)]
-    tail = f", projected OOM in {fmt_duration(ev.projected_oom_s)}" if ev.projected_oom_s is not None else ""
+    tail = f", {fmt_oom_in(ev.projected_oom_s)}" if ev.projected_oom_s is not None else ""
     return [Decision(Action.NONE, Reason.HEALTHY, f"{summary(ev)}{tail}", ev)]
 
 

@@ -10,7 +10,7 @@ import dataclasses
 
 from memoryguard_kuberay.core.policy.window import HoldTimer, PodWindow, Series
 from memoryguard_kuberay.core.settings import PolicySettings
-from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_rate
+from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_oom_in, fmt_rate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +91,7 @@ def creep_projection(window: PodWindow, settings: PolicySettings,
     if not new_ground(window, since_s=now_s - settings.trend_window_s, level=window.used.buckets[-1].mean,
                       limit=limit):
         return NO, p
-    return Verdict(True, f"growing {fmt_rate(p.slope_per_s * 3600)}, projected OOM in {fmt_duration(p.eta_s)}"), p
+    return Verdict(True, f"growing {fmt_rate(p.slope_per_s * 3600)}, {fmt_oom_in(p.eta_s)}"), p
 
 
 def new_ground(window: PodWindow, *, since_s: float, level: float, limit: int) -> bool:
@@ -143,8 +143,7 @@ def rapid_projection(window: PodWindow, settings: PolicySettings,
     if level < max(b.peak for b in seen) + RAPID_NEW_GROUND * limit or not new_ground(
             window, since_s=before, level=level, limit=limit):
         return NO, p
-    return Verdict(True, f"growing fast and steadily, {fmt_rate(p.slope_per_s * 3600)}, projected OOM in "
-                         f"{fmt_duration(p.eta_s)}"), p
+    return Verdict(True, f"growing fast and steadily, {fmt_rate(p.slope_per_s * 3600)}, {fmt_oom_in(p.eta_s)}"), p
 
 
 DAY_S = 86400.0
@@ -174,8 +173,8 @@ def floor_projection(window: PodWindow, settings: PolicySettings,
     rises = [lows[i + day] - lows[i] for i in range(len(lows) - day)]
     if not rises or min(rises) < FLOOR_DAY_RISE * p.slope_per_s * DAY_S:
         return NO, p
-    return Verdict(True, f"the floor it returns to rises {fmt_rate(p.slope_per_s * 3600)} over a day, projected "
-                         f"OOM in {fmt_duration(p.eta_s)}"), p
+    return Verdict(True, f"the floor it returns to rises {fmt_rate(p.slope_per_s * 3600)} over a day, "
+                         f"{fmt_oom_in(p.eta_s)}"), p
 
 
 def store_projection(window: PodWindow, settings: PolicySettings,
