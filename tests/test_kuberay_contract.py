@@ -28,7 +28,7 @@ from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.kuberay import KubeRayStandIn
 from memoryguard_kuberay.devkit.emulator.patching import json_patch
 from memoryguard_kuberay.devkit.emulator.world import load_crds
-from memoryguard_kuberay.operator import kuberayrules, patches
+from memoryguard_kuberay.operator import injection, kuberayrules, patches
 from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection
 
 from .devworld import kuberay_file, served_in_a_thread
@@ -231,7 +231,7 @@ def test_recreate_on_template_change(backend: Backend) -> None:
     rc = b.api.ok("GET", f"{RCS}/recreate")
     has_field = "upgradeStrategy" in rc["spec"]
     assert (kuberayrules.template_hold(rc, allow_recreate=False) is not None) == has_field
-    ops = patches.inject_patch(rc, SidecarInjection(inject=True, image="memoryguard-sidecar:test"), groups=["w"])
+    ops = injection.inject_patch(rc, SidecarInjection(inject=True, image="memoryguard-sidecar:test"), groups=["w"])
     b.api.ok("PATCH", f"{RCS}/recreate", ops, ctype="application/json-patch+json")
     time.sleep(4)
     head_now = [p for p in b.pods("recreate", "headgroup")]
@@ -298,18 +298,18 @@ def test_autoscaler_v2_pods_never_restart_and_keep_the_native_sidecar(backend: B
     _claimed(b, "autoscaler_v2")
     rc = cluster("autoscaled", replicas=1, enableInTreeAutoscaling=True,
                  autoscalerOptions={"version": "v2"})
-    ops = patches.inject_patch(rc, SidecarInjection(inject=True, image="memoryguard-sidecar:test"), groups=["w"],
+    ops = injection.inject_patch(rc, SidecarInjection(inject=True, image="memoryguard-sidecar:test"), groups=["w"],
                                native=True)
     b.api.ok("POST", RCS, json_patch(rc, ops))
     (worker,) = b.running("autoscaled", "w", 1)
     spec = worker["spec"]
     inits = [c["name"] for c in spec.get("initContainers") or []]
-    sidecar = next(c for c in spec["initContainers"] if c["name"] == patches.SIDECAR_NAME)
-    shm = next(v for v in spec["volumes"] if v["name"] == patches.SHM_VOLUME)
+    sidecar = next(c for c in spec["initContainers"] if c["name"] == injection.SIDECAR_NAME)
+    shm = next(v for v in spec["volumes"] if v["name"] == injection.SHM_VOLUME)
     print(f"{b.name}: worker restartPolicy {spec.get('restartPolicy')}, init containers {inits}, "
           f"/dev/shm {shm['emptyDir']}")
     assert spec.get("restartPolicy") == "Never"
-    assert inits[0] == patches.SIDECAR_NAME and sidecar.get("restartPolicy") == "Always"
+    assert inits[0] == injection.SIDECAR_NAME and sidecar.get("restartPolicy") == "Always"
     assert shm["emptyDir"].get("sizeLimit") == "2Gi"
     assert not any(v["name"] == "shared-mem" for v in spec["volumes"])
     # What KubeRay's wait-gcs-ready copies from the Ray container: its env and mounts.

@@ -4,7 +4,7 @@ the v1 layout of that kernel.
 One VM per layout (the kit's Debian 6.1 kernel under QEMU, runc pods made
 by its podlib), each running the cases below in a Kubernetes-shaped pod:
 the project's sidecar, installed from its wheels and run with the uid, gid,
-capabilities and no-new-privileges ``patches.inject_patch`` renders for the
+capabilities and no-new-privileges ``injection.inject_patch`` renders for the
 case's Ray container, beside a Ray-like process that leaks (or not) under
 ``memory.max`` (and ``memory.high``). The guest records what the sidecar
 served and what the files said; the tests here judge it:
@@ -37,7 +37,7 @@ import pytest
 from memoryguard_kuberay.core.commands import load_guard_settings
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.simulate import replay
-from memoryguard_kuberay.operator import patches, sidecar_client
+from memoryguard_kuberay.operator import injection, sidecar_client
 from memoryguard_kuberay.operator.guardspec import SidecarInjection
 
 from ..devworld import ROOT
@@ -63,9 +63,9 @@ def injected_sidecar(pod_security: dict[str, Any] | None) -> dict[str, Any]:
     if pod_security:
         spec["securityContext"] = pod_security
     rc = {"spec": {"workerGroupSpecs": [{"groupName": "workers", "template": {"spec": spec}}]}}
-    ops = patches.inject_patch(rc, SidecarInjection(inject=True))
+    ops = injection.inject_patch(rc, SidecarInjection(inject=True))
     return next(op["value"] for op in ops if isinstance(op.get("value"), dict)
-                and op["value"].get("name") == patches.SIDECAR_NAME)
+                and op["value"].get("name") == injection.SIDECAR_NAME)
 
 
 def guest_sidecar(pod_security: dict[str, Any] | None) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import pytest
 from memoryguard_kuberay.core.commands import examples_dir
 from memoryguard_kuberay.core.traces import read_labels
 from memoryguard_kuberay.devkit.emulator.patching import json_patch
-from memoryguard_kuberay.operator import patches
+from memoryguard_kuberay.operator import injection
 
 from ..devworld import world
 from .conftest import by_worker_index, guard, leaking_pods, no_disruption, start_cluster
@@ -123,7 +123,7 @@ async def test_dry_run_changes_no_workload(tmp_path: Path) -> None:
         # templates, for new pods (issue 42, 1); no remediation, no budget.
         after_rc = w.api.get("rayclusters", "default", "raycluster-kuberay")
         assert after_rc is not None and before_rc is not None
-        assert json_patch(copy.deepcopy(after_rc), patches.uninject_patch(after_rc))["spec"] == before_rc["spec"]
+        assert json_patch(copy.deepcopy(after_rc), injection.uninject_patch(after_rc))["spec"] == before_rc["spec"]
         assert "memoryguard.io/remediation" not in (after_rc["metadata"].get("annotations") or {})
         assert w.api.objects("poddisruptionbudgets", "default") == []
         status = w.api.get("memoryguards", "default", "leak-guard")["status"]  # type: ignore[index]

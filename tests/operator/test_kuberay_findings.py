@@ -18,7 +18,7 @@ import pytest
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Action, Reason, RotationHistory, decide
 from memoryguard_kuberay.core.settings import PolicySettings
-from memoryguard_kuberay.operator import clusters, kuberayrules, patches, remediation, rotation
+from memoryguard_kuberay.operator import clusters, injection, kuberayrules, patches, remediation, rotation
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import SidecarInjection, read_guard_spec
@@ -113,21 +113,21 @@ def test_a_held_cluster_gets_the_remediation_as_advice_never_as_a_patch() -> Non
 # -- 5 and 6: the injected sidecar's shape --------------------------------------------------------
 def test_native_sidecar_and_a_sized_shm() -> None:
     rc = _rc()
-    ops = patches.inject_patch(rc, SidecarInjection(inject=True), native=True)
+    ops = injection.inject_patch(rc, SidecarInjection(inject=True), native=True)
     added = [o for o in ops if o["path"].endswith("/initContainers")]
-    assert len(added) == 1 and added[0]["value"][0]["name"] == patches.SIDECAR_NAME
+    assert len(added) == 1 and added[0]["value"][0]["name"] == injection.SIDECAR_NAME
     assert added[0]["value"][0]["restartPolicy"] == "Always"
     assert not any(o["path"].endswith("/containers/-") for o in ops)
     volumes = next(o for o in ops if o["path"].endswith("/spec/volumes"))["value"]
-    shm = next(v for v in volumes if v["name"] == patches.SHM_VOLUME)
+    shm = next(v for v in volumes if v["name"] == injection.SHM_VOLUME)
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
     # Idempotent: a template with the native sidecar is left alone; removal takes it back out.
     from memoryguard_kuberay.devkit.emulator.patching import json_patch
 
     injected = json_patch(copy.deepcopy(rc), ops)
-    assert patches.inject_patch(injected, SidecarInjection(inject=True), native=True) == []
-    assert patches.inject_patch(injected, SidecarInjection(inject=True), native=False) == []
-    assert json_patch(injected, patches.uninject_patch(injected)) == rc
+    assert injection.inject_patch(injected, SidecarInjection(inject=True), native=True) == []
+    assert injection.inject_patch(injected, SidecarInjection(inject=True), native=False) == []
+    assert json_patch(injected, injection.uninject_patch(injected)) == rc
 
 
 def test_server_version_decides_native_sidecars() -> None:

@@ -14,7 +14,7 @@ import yaml
 
 from memoryguard_kuberay.devkit.emulator.patching import json_patch
 from memoryguard_kuberay.devkit.emulator.schema import to_json_schema
-from memoryguard_kuberay.operator import patches
+from memoryguard_kuberay.operator import injection, patches
 from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection, Spilling
 
 KUBERAY = Path(__file__).resolve().parents[3] / "shared" / "kuberay"
@@ -117,26 +117,26 @@ def test_inject_keeps_every_sample_valid_and_removal_restores_it(name: str,
                                                                  validator: jsonschema.Draft7Validator) -> None:
     rc = _load(name)
     original = copy.deepcopy(rc)
-    injected = json_patch(rc, patches.inject_patch(rc, SidecarInjection(), include_head=True))
+    injected = json_patch(rc, injection.inject_patch(rc, SidecarInjection(), include_head=True))
     assert list(validator.iter_errors(injected)) == []
     for _, _, tpl in patches.templates(injected):
         names = [c["name"] for c in tpl["spec"]["containers"]]
-        assert names.count(patches.SIDECAR_NAME) == 1 and names[0] != patches.SIDECAR_NAME
+        assert names.count(injection.SIDECAR_NAME) == 1 and names[0] != injection.SIDECAR_NAME
         assert tpl["spec"]["shareProcessNamespace"] is True
         side = tpl["spec"]["containers"][-1]
         shm = next(m for m in side["volumeMounts"] if m["mountPath"] == "/dev/shm")
         assert shm["name"] in {v["name"] for v in tpl["spec"]["volumes"]}
         assert side["env"][0]["valueFrom"]["resourceFieldRef"]["containerName"] == tpl["spec"]["containers"][0]["name"]
-    assert patches.inject_patch(injected, SidecarInjection(), include_head=True) == []  # idempotent
-    assert json_patch(injected, patches.uninject_patch(injected)) == original
+    assert injection.inject_patch(injected, SidecarInjection(), include_head=True) == []  # idempotent
+    assert json_patch(injected, injection.uninject_patch(injected)) == original
 
 
 def test_a_head_no_guard_polls_gets_no_sidecar() -> None:
     rc = _load("ray-cluster.sample.yaml")
-    injected = json_patch(rc, patches.inject_patch(rc, SidecarInjection()))
+    injected = json_patch(rc, injection.inject_patch(rc, SidecarInjection()))
     head = injected["spec"]["headGroupSpec"]["template"]["spec"]
-    assert patches.SIDECAR_NAME not in [c["name"] for c in head["containers"]]
-    assert all(patches.SIDECAR_NAME in [c["name"] for c in g["template"]["spec"]["containers"]]
+    assert injection.SIDECAR_NAME not in [c["name"] for c in head["containers"]]
+    assert all(injection.SIDECAR_NAME in [c["name"] for c in g["template"]["spec"]["containers"]]
                for g in injected["spec"]["workerGroupSpecs"])
 
 
@@ -157,7 +157,7 @@ def test_the_sidecar_runs_as_the_ray_containers_uid_and_gid(container: dict[str,
     group = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     group["containers"][0]["securityContext"] = container
     group["securityContext"] = pod
-    injected = json_patch(rc, patches.inject_patch(rc, SidecarInjection()))
+    injected = json_patch(rc, injection.inject_patch(rc, SidecarInjection()))
     side = injected["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][-1]
     ctx = side["securityContext"]
     assert (ctx["runAsUser"], ctx["runAsGroup"]) == expected and ctx["runAsNonRoot"] is True

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from memoryguard_kuberay.operator import patches, shardplan
+from memoryguard_kuberay.operator import injection, patches, shardplan
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
 from memoryguard_kuberay.operator.shards import ANN_PODS
 
@@ -205,7 +205,7 @@ def test_a_leaking_worker_is_rotated_through_the_eviction_api(release: Release) 
     assert status["rotations"]["total"] >= 1 and status["summary"]["pods"] >= 3
     rc = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc")
     names = _template_containers(rc)
-    assert patches.SIDECAR_NAME in names
+    assert injection.SIDECAR_NAME in names
     assert r.events("SidecarInjected", "RayCluster")
 
 
@@ -258,7 +258,7 @@ def test_a_recreate_cluster_is_guarded_without_recreating_it(release: Release) -
     held = r.events("TemplateChangesWithheld", "MemoryGuard")
     assert len([e for e in held if "recreate-rc" in e["message"]]) == 1, held
     now = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/recreate-rc")
-    assert patches.SIDECAR_NAME not in _template_containers(now)
+    assert injection.SIDECAR_NAME not in _template_containers(now)
     heads = [p for p in r.standin.pods() if p["metadata"]["labels"].get("ray.io/cluster") == "recreate-rc"
              and p["metadata"]["labels"].get("ray.io/node-type") == "head"]
     assert [(p["metadata"]["uid"], bool(p["metadata"].get("deletionTimestamp"))) for p in heads] == [(head, False)]
@@ -415,7 +415,7 @@ def test_deleting_the_guard_restores_the_templates(release: Release) -> None:
     r.wait_for(lambda: r.api.get(f"{GUARDS}/leak-guard") is None, 60, "the guard gone (finalizer done)")
     rc = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc")
     names = _template_containers(rc)
-    assert patches.SIDECAR_NAME not in names
+    assert injection.SIDECAR_NAME not in names
     marks = [p["metadata"]["name"] for p in r.standin.pods() if any(
         k.startswith("memoryguard.io/rotation") for k in (p["metadata"].get("annotations") or {}))]
     assert marks == []
@@ -439,7 +439,7 @@ def test_helm_uninstall_with_guards_present_completes(release: Release) -> None:
     assert r.api.ok("GET", GUARDS)["items"] == []
     rc = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc")
     names = _template_containers(rc)
-    assert patches.SIDECAR_NAME not in names
+    assert injection.SIDECAR_NAME not in names
     # Nothing of the release is left but the CRD (helm never deletes a chart's crds/).
     left = r.cp.kubectl("get", "all,sa,role,rolebinding,clusterrole,clusterrolebinding,configmap,networkpolicy,"
                         "poddisruptionbudget,lease,job", "-A", "-l", f"app.kubernetes.io/instance={RELEASE}",

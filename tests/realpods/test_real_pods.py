@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from memoryguard_kuberay.operator import patches
+from memoryguard_kuberay.operator import injection
 
 from ..devworld import KUBERAY, ROOT
 from ..procs import free_port, http_get, stop
@@ -272,7 +272,7 @@ def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(cluster: Clus
                      "the guarded worker Running")
     # On this 1.36 kubelet the sidecar is a native sidecar (an init container
     # with restartPolicy Always): it outlives a pod whose policy is Never.
-    native = next(k for k in pod["spec"].get("initContainers") or [] if k["name"] == patches.SIDECAR_NAME)
+    native = next(k for k in pod["spec"].get("initContainers") or [] if k["name"] == injection.SIDECAR_NAME)
     assert native.get("restartPolicy") == "Always", native
     assert c.wait_for(lambda: c.running("control") and c.running("headgroup"), 180, "head and control Running")
     # Its first samples read nothing ("none"): Ray's processes are not up yet;
@@ -287,10 +287,10 @@ def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(cluster: Clus
     assert last["memory_max"] == 1024 * MIB and last["memory_current"] and last["memory_current"] > 100 * MIB
     # Not root, no service-account token, its probes never made the pod NotReady.
     name = pod["metadata"]["name"]
-    ids = c.kl.kubectl("exec", name, "-n", NS, "-c", patches.SIDECAR_NAME, "--", "id").stdout
+    ids = c.kl.kubectl("exec", name, "-n", NS, "-c", injection.SIDECAR_NAME, "--", "id").stdout
     ray_ids = c.kl.kubectl("exec", name, "-n", NS, "-c", "ray-worker", "--", "id").stdout
     assert "uid=1000" in ids and "uid=0" not in ids, ids
-    token = c.kl.kubectl("exec", name, "-n", NS, "-c", patches.SIDECAR_NAME, "--", "ls", "-A",
+    token = c.kl.kubectl("exec", name, "-n", NS, "-c", injection.SIDECAR_NAME, "--", "ls", "-A",
                          "/var/run/secrets/kubernetes.io/serviceaccount").stdout
     assert token.strip() == "", token
     c.facts.update(sidecar_id=ids.strip(), ray_id=ray_ids.strip(), source=doc["source"])
@@ -298,7 +298,7 @@ def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(cluster: Clus
 
 def _has_sidecar(spec: dict[str, Any]) -> bool:
     """The injected sidecar, as a container or as a native sidecar."""
-    return any(k["name"] == patches.SIDECAR_NAME for key in ("containers", "initContainers")
+    return any(k["name"] == injection.SIDECAR_NAME for key in ("containers", "initContainers")
                for k in spec.get(key) or [])
 
 
@@ -403,10 +403,10 @@ def test_no_ray_pod_was_ever_not_ready_while_running(cluster: Cluster) -> None:
         was_ready = False
         for _, s in history:
             ready = any(k.get("type") == "Ready" and k.get("status") == "True" for k in s.get("conditions") or [])
-            sidecar = next((k for k in _statuses(s) if k["name"] == patches.SIDECAR_NAME), {})
+            sidecar = next((k for k in _statuses(s) if k["name"] == injection.SIDECAR_NAME), {})
             assert sidecar.get("restartCount", 0) == 0, (name, sidecar)
             if was_ready and not ready and s.get("phase") == "Running":
-                ray = next((k for k in s.get("containerStatuses") or [] if k["name"] != patches.SIDECAR_NAME), {})
+                ray = next((k for k in s.get("containerStatuses") or [] if k["name"] != injection.SIDECAR_NAME), {})
                 # Only the Ray container's own end (drained, evicted) may take Ready away.
                 assert "terminated" in (ray.get("state") or {}) or pod["metadata"].get("deletionTimestamp"), (name, s)
             was_ready = was_ready or ready

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memoryguard_kuberay.core.trust import Trust
-from memoryguard_kuberay.operator import budgets, kuberayrules, patches
+from memoryguard_kuberay.operator import budgets, injection, kuberayrules, patches
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.decided import Say, say
 from memoryguard_kuberay.operator.events import EventReason
@@ -111,7 +111,7 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
             if name not in held_before:
                 says.append(say(EventReason.TEMPLATES_HELD, hold.message, rc))
         if spec.sidecar.inject and hold is None:
-            ops = patches.inject_patch(rc, spec.sidecar, groups=spec.selection.worker_groups,
+            ops = injection.inject_patch(rc, spec.sidecar, groups=spec.selection.worker_groups,
                                        include_head=spec.policy.include_head, native=native_sidecar)
             if ops:
                 try:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.operator import budgets, clusters, kuberayrules, patches
+from memoryguard_kuberay.operator import budgets, clusters, injection, kuberayrules, patches
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.decided import say
 from memoryguard_kuberay.operator.events import EventReason
@@ -50,12 +50,12 @@ async def release(ctx: OperatorContext, namespace: str, name: str, body: Mapping
     for rc in selected.clusters:
         rc_name = rc["metadata"]["name"]
         hold = kuberayrules.template_hold(rc, allow_recreate=gs.allow_recreate)
-        if gs.sidecar.inject and hold is not None and patches.uninject_patch(rc):
+        if gs.sidecar.inject and hold is not None and injection.uninject_patch(rc):
             # Removing it would recreate the whole cluster (or not last): said, not done.
             ctx.events.announce(namespace, body, say(EventReason.SIDECAR_REMOVAL_FAILED,
                                                      f"sidecar left in RayCluster {rc_name}: {hold.message}", rc))
         elif gs.sidecar.inject:
-            ops = patches.uninject_patch(rc)
+            ops = injection.uninject_patch(rc)
             if ops:
                 try:
                     await ctx.kube.json_patch_raycluster(namespace, rc_name, ops)
