@@ -147,3 +147,20 @@ def test_this_machines_cgroup_v1() -> None:
     before = m.current_bytes
     blob = bytearray(64 * 1024 * 1024)  # noqa: F841 (charged to this cgroup while alive)
     assert r.read().current_bytes != before
+
+
+def test_a_container_with_no_limit_gets_the_nodes_available_memory(tmp_path: Path, fixtures: Path) -> None:
+    """Issue 39: with memory.max "max" the node is the ceiling; the sample
+    carries /proc/meminfo's MemAvailable (only then: a limited container's
+    samples and traces stay as they were)."""
+    cg = tmp_path / "cg"
+    shutil.copytree(fixtures / "cgroup-v2-ray", cg)
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "meminfo").write_text("MemTotal:       65536000 kB\nMemFree:  1000 kB\nMemAvailable:   40000000 kB\n")
+    limited = Sampler(cgroup_root=str(cg), proc_root=str(proc), pattern=DEFAULT_PATTERN, limit_bytes=None)
+    assert limited.take(1.0, StoreReading()).node_available_bytes is None
+    (cg / "memory.max").write_text("max\n")
+    free = Sampler(cgroup_root=str(cg), proc_root=str(proc), pattern=DEFAULT_PATTERN, limit_bytes=None)
+    s = free.take(1.0, StoreReading())
+    assert s.memory_max_bytes is None and s.node_available_bytes == 40000000 * 1024

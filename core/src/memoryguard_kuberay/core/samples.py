@@ -32,6 +32,7 @@ WIRE_FIELDS: tuple[tuple[str, str], ...] = (
     ("memory_high", "memory_high_bytes"),
     ("events_high", "high_events_count"),
     ("events_max", "max_events_count"),
+    ("node_available", "node_available_bytes"),
 )
 FLOAT_FIELDS = frozenset({"psi_some_avg10_pct", "psi_full_avg10_pct"})
 # Traces use the wire names, with t_s in place of time.
@@ -39,6 +40,8 @@ TRACE_COLUMNS: tuple[str, ...] = ("t_s",) + tuple(w for w, _ in WIRE_FIELDS)
 # What only cgroup v2 gives: a trace has these columns when its source gave
 # them (a v1 node's, or a generated, trace keeps the columns it always had).
 V2_ONLY_COLUMNS: tuple[str, ...] = ("memory_high", "events_high", "events_max")
+# Served only for a container with no memory limit (the node is its ceiling).
+NODE_COLUMNS: tuple[str, ...] = ("node_available",)
 
 # Values beyond this are garbage, not memory (16 EiB is the cgroup "no limit").
 _MAX_BYTES = 2**62
@@ -74,6 +77,9 @@ class Sample:
     memory_high_bytes: int | None = None
     high_events_count: int | None = None
     max_events_count: int | None = None
+    # The node's MemAvailable, served where the container has no memory
+    # limit: what the pod can still take before the node runs out.
+    node_available_bytes: int | None = None
 
     @property
     def working_set_bytes(self) -> int | None:

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from memoryguard_kuberay.core.samples import TRACE_COLUMNS, V2_ONLY_COLUMNS, WIRE_FIELDS, Sample, _number
+from memoryguard_kuberay.core.samples import NODE_COLUMNS, TRACE_COLUMNS, V2_ONLY_COLUMNS, WIRE_FIELDS, Sample, _number
 
 _ATTR = {"t_s": "time_s", **{wire: attr for wire, attr in WIRE_FIELDS}}
 
@@ -171,22 +171,25 @@ def read_trace(path: str | Path) -> Trace:
 
 
 def write_trace(samples: Iterable[Sample], stream: IO[str]) -> int:
-    """The samples as CSV. The cgroup v2 only columns are written when the
-    first sample has one of them (a v2 source gives its event counters from
-    the first reading), so a v1 or generated trace reads as it always did."""
+    """The samples as CSV. The cgroup v2 only columns, and the node's, are
+    written when the first sample has one of them (a v2 source gives its
+    event counters from the first reading; a pod with no limit the node's
+    available memory), so a v1 or generated trace reads as it always did."""
     writer: csv.DictWriter[str] | None = None
     n = 0
     for s in samples:
         row = s.to_trace_row()
         if writer is None:
-            v2 = any(row[c] for c in V2_ONLY_COLUMNS)
-            columns = [c for c in TRACE_COLUMNS if v2 or c not in V2_ONLY_COLUMNS]
+            left_out = {c for group in (V2_ONLY_COLUMNS, NODE_COLUMNS) if not any(row[c] for c in group)
+                        for c in group}
+            columns = [c for c in TRACE_COLUMNS if c not in left_out]
             writer = csv.DictWriter(stream, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
             writer.writeheader()
         writer.writerow(row)
         n += 1
     if writer is None:
-        csv.writer(stream, lineterminator="\n").writerow([c for c in TRACE_COLUMNS if c not in V2_ONLY_COLUMNS])
+        csv.writer(stream, lineterminator="\n").writerow(
+            [c for c in TRACE_COLUMNS if c not in V2_ONLY_COLUMNS and c not in NODE_COLUMNS])
     return n
 
 

@@ -15,7 +15,8 @@ from memoryguard_kuberay.operator import ledger
 from memoryguard_kuberay.operator.decided import BRIEF_MAX
 from memoryguard_kuberay.operator.sidecar_client import NOT_FAULTS, PollFailure
 
-AT_RISK = frozenset({Reason.PROJECTED_OOM, Reason.CRITICAL_USAGE, Reason.MEMORY_PRESSURE, Reason.OOM_KILLED,
+AT_RISK = frozenset({Reason.PROJECTED_OOM, Reason.NODE_MEMORY_RUNNING_OUT, Reason.CRITICAL_USAGE,
+                     Reason.MEMORY_PRESSURE, Reason.OOM_KILLED,
                      Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL, Reason.ROTATION_DEFERRED,
                      Reason.ROTATION_IN_PROGRESS})
 MAX_RECENT = ledger.MAX_RECENT

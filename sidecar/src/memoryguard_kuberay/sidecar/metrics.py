@@ -29,6 +29,8 @@ GAUGES: tuple[tuple[str, str, Callable[[Sample], float | int | None]], ...] = (
     ("plasma_spilled_bytes", "Ray objects spilled to disk", lambda s: s.plasma_spilled_bytes),
     ("psi_some_avg10_percent", "memory.pressure some avg10", lambda s: s.psi_some_avg10_pct),
     ("psi_full_avg10_percent", "memory.pressure full avg10", lambda s: s.psi_full_avg10_pct),
+    ("node_available_bytes", "the node's MemAvailable (served for a container with no memory limit)",
+     lambda s: s.node_available_bytes),
 )
 
 

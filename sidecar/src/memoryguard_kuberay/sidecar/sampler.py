@@ -9,7 +9,9 @@ import os
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.sidecar.cgroup import MemoryReading
 from memoryguard_kuberay.sidecar.discovery import Source, discover, source_name
+from memoryguard_kuberay.sidecar.files import PreadFile
 from memoryguard_kuberay.sidecar.objectstore import StoreReading
+from memoryguard_kuberay.sidecar.parsers import parse_keyed
 
 REDISCOVER_AFTER = 3  # consecutive samples without memory.current
 
@@ -25,6 +27,9 @@ class Sampler:
         self.misses = 0
         self.discoveries = 0
         self.retired_errors: dict[str, int] = {}  # errors counted by sources since replaced
+        # The node's /proc/meminfo (a container sees the node's): read only for
+        # a container with no memory limit, whose ceiling is the node.
+        self.meminfo = PreadFile(os.path.join(proc_root, "meminfo"))
 
     @property
     def source_name(self) -> str:
@@ -81,10 +86,13 @@ class Sampler:
         else:
             self.misses = 0
         limit = None
+        node_available = None
         if m is not None:
             # A limit file we could not read is unknown, which for the policy
             # is the same as no limit: it never projects against a guess.
             limit = m.limit_bytes if m.limit_known else None
+            if m.limit_known and m.limit_bytes is None:
+                node_available = mem_available(self.meminfo.read())
         return Sample(
             time_s=now_s,
             memory_current_bytes=m.current_bytes if m else None,
@@ -102,4 +110,13 @@ class Sampler:
             memory_high_bytes=m.high_bytes if m is not None and m.high_known else None,
             high_events_count=m.high_events_count if m else None,
             max_events_count=m.max_events_count if m else None,
+            node_available_bytes=node_available,
         )
+
+
+def mem_available(data: bytes | None) -> int | None:
+    """``MemAvailable`` of /proc/meminfo, in bytes (the kernel's estimate of
+    what can be allocated without swapping), or None."""
+    kv = parse_keyed((data or b"").replace(b":", b" ").replace(b" kB", b""))
+    kib = kv.get("MemAvailable")
+    return None if kib is None else kib * 1024

@@ -35,6 +35,7 @@ RULES: tuple[Rule, ...] = (
     Rule(Reason.CRITICAL_USAGE, Action.ROTATE, ((detectors.critical_usage,),)),
     Rule(Reason.MEMORY_PRESSURE, Action.ROTATE, ((detectors.pressure, detectors.high_usage),)),
     Rule(Reason.PROJECTED_OOM, Action.ROTATE, ((detectors.creep,), (detectors.floor_rising,))),
+    Rule(Reason.NODE_MEMORY_RUNNING_OUT, Action.ROTATE, ((detectors.node_running_out,),)),
     Rule(Reason.OBJECT_STORE_FULL, Action.ROTATE, ((detectors.store_full,),)),
     Rule(Reason.OBJECT_STORE_FILLING, Action.ROTATE, ((detectors.store_filling,),)),
     Rule(Reason.GROWTH_PLATEAU, Action.REMEDIATE, ((detectors.plateau,),)),
@@ -59,6 +60,9 @@ def evidence_for(obs: Observation) -> Evidence:
         ws_proj = obs.rapid[1]
     elif obs.floor[0].fired and not obs.creep[0].fired:
         ws_proj = obs.floor[1]
+    node = window.node_ceiling_bytes if not last.memory_max_bytes else None
+    if node is not None and obs.node[1] is not None:
+        ws_proj = obs.node[1]
     return Evidence(
         used_bytes=last.unreclaimable_bytes,
         working_set_bytes=last.working_set_bytes,
@@ -72,6 +76,7 @@ def evidence_for(obs: Observation) -> Evidence:
         psi_full_avg10_pct=last.psi_full_avg10_pct,
         oom_kills_seen=window.oom_kills_seen,
         held_for_s=window.critical.held_for(now_s) or None,
+        node_ceiling_bytes=int(node) if node is not None else None,
     )
 
 
@@ -168,6 +173,10 @@ def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHist
     if out:
         return out
     if not last.memory_max_bytes:
+        if ev.node_ceiling_bytes is not None:
+            tail = f", {fmt_oom_in(ev.projected_oom_s)}" if ev.projected_oom_s is not None else ""
+            return [Decision(Action.NONE, Reason.NO_LIMIT, f"{summary(ev)}; no memory limit: judged against the "
+                             f"node, {fmt_bytes(ev.node_ceiling_bytes)} reachable now{tail}", ev)]
         return [Decision(Action.NONE, Reason.NO_LIMIT, f"{summary(ev)}; no memory limit to project to", ev)]
     if window.age_s < settings.trend_min_span_s:
         return [Decision(Action.NONE, Reason.WARMING_UP,

@@ -177,6 +177,27 @@ def floor_projection(window: PodWindow, settings: PolicySettings,
                          f"{fmt_oom_in(p.eta_s)}"), p
 
 
+def node_projection(window: PodWindow, settings: PolicySettings,
+                    now_s: float) -> tuple[Verdict, Projection | None]:
+    """A pod with no memory limit is judged against what it could reach now:
+    memory in use plus the node's available memory (the sidecar serves the
+    node's MemAvailable for such a container), less the kubelet's eviction
+    threshold. Past it the kubelet evicts the pod or the node's OOM killer
+    takes it (issue 39). The trend's rules as the creep's, new ground too."""
+    ceiling = window.node_ceiling_bytes
+    if window.limit_bytes or not ceiling or not window.used.buckets:
+        return NO, None
+    p = project(window.used, now_s=now_s, ceiling=ceiling,
+                min_slope_per_s=settings.min_growth_fraction_per_h * ceiling / 3600.0, settings=settings)
+    if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
+        return NO, p
+    if not new_ground(window, since_s=now_s - settings.trend_window_s, level=window.used.buckets[-1].mean,
+                      limit=int(ceiling)):
+        return NO, p
+    return Verdict(True, f"no memory limit: growing {fmt_rate(p.slope_per_s * 3600)}, judged against the node "
+                         f"({fmt_bytes(ceiling)} reachable now), {fmt_oom_in(p.eta_s)}"), p
+
+
 def store_projection(window: PodWindow, settings: PolicySettings,
                      now_s: float) -> tuple[Verdict, Projection | None]:
     """Object-store occupancy trending to full within the horizon (objects
@@ -206,12 +227,13 @@ class Observation:
     filling: tuple[Verdict, Projection | None]
     rapid: tuple[Verdict, Projection | None]
     floor: tuple[Verdict, Projection | None]
+    node: tuple[Verdict, Projection | None]
 
     @classmethod
     def at(cls, window: PodWindow, settings: PolicySettings, now_s: float) -> Observation:
         return cls(window, settings, now_s, creep_projection(window, settings, now_s),
                    store_projection(window, settings, now_s), rapid_projection(window, settings, now_s),
-                   floor_projection(window, settings, now_s))
+                   floor_projection(window, settings, now_s), node_projection(window, settings, now_s))
 
 
 # -- the detectors: Observation -> Verdict ---------------------------------------------
@@ -229,6 +251,10 @@ def rapid_growth(obs: Observation) -> Verdict:
 
 def floor_rising(obs: Observation) -> Verdict:
     return obs.floor[0]
+
+
+def node_running_out(obs: Observation) -> Verdict:
+    return obs.node[0]
 
 
 def _held(timer: HoldTimer, needed_s: float, now_s: float) -> float | None:

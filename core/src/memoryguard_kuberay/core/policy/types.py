@@ -29,6 +29,7 @@ class Reason(str, enum.Enum):
     CRITICAL_USAGE = "CriticalUsage"
     MEMORY_PRESSURE = "MemoryPressure"
     PROJECTED_OOM = "ProjectedOOM"
+    NODE_MEMORY_RUNNING_OUT = "NodeMemoryRunningOut"  # no limit: the node's available memory
     OBJECT_STORE_FILLING = "ObjectStoreFilling"
     OBJECT_STORE_FULL = "ObjectStoreFull"
     USER_REQUESTED = "UserRequested"
@@ -52,9 +53,13 @@ class Evidence:
     psi_full_avg10_pct: float | None = None
     oom_kills_seen: int | None = None
     held_for_s: float | None = None
+    # No limit: the ceiling the verdict was judged against instead (in use
+    # plus the node's available memory); left out of the dict when None.
+    node_ceiling_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()
+                if k != "node_ceiling_bytes" or v is not None}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

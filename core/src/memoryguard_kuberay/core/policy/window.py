@@ -25,6 +25,9 @@ RAPID_BUCKET_S = 60.0  # the rapid-growth series: one-minute means
 FLOOR_BUCKET_S = 7200.0
 FLOOR_WINDOW_S = 28 * 3600.0
 FLOOR_WARMUP_S = 3600.0
+# The kubelet's default hard eviction threshold (memory.available<100Mi): a
+# pod with no limit is evicted, or the node's OOM killer acts, about there.
+NODE_EVICTION_RESERVE_BYTES = 100 * 1024 * 1024
 
 
 @dataclasses.dataclass(slots=True)
@@ -247,7 +250,8 @@ class PodWindow:
 
     # One a pod, 20,000 a replica: slots, not a dict each (issue 25's RSS).
     __slots__ = ("_first_oom_kills", "anon", "baseline_used_bytes", "critical", "first_s", "floor", "last",
-                 "last_spill_known_s", "last_spill_s", "limit_bytes", "oom_kills_seen", "pressure", "rapid",
+                 "last_spill_known_s", "last_spill_s", "limit_bytes", "node_ceiling_bytes", "oom_kills_seen",
+                 "pressure", "rapid",
                  "regime_s", "samples_rejected", "samples_seen", "settings", "store", "store_full", "used")
 
     def __init__(self, settings: PolicySettings) -> None:
@@ -263,6 +267,9 @@ class PodWindow:
         self.pressure = HoldTimer()
         self.last_spill_s: float | None = None  # newest sample that showed objects spilled to disk
         self.last_spill_known_s: float | None = None  # newest sample that said how much is spilled (0 included)
+        # A pod with no limit: what it could reach now (in use plus the node's
+        # available memory, less the kubelet's eviction threshold).
+        self.node_ceiling_bytes: float | None = None
         self._start_regime(None, None)
 
     def _start_regime(self, t: float | None, limit: int | None) -> None:
@@ -303,6 +310,9 @@ class PodWindow:
         self.samples_seen += 1
 
         used = sample.unreclaimable_bytes
+        self.node_ceiling_bytes = None
+        if limit is None and used is not None and sample.node_available_bytes is not None:
+            self.node_ceiling_bytes = float(used + max(0, sample.node_available_bytes - NODE_EVICTION_RESERVE_BYTES))
         closed = self.used.add(t, float(used) if used is not None else None)
         self.rapid.add(t, float(used) if used is not None else None)
         self.anon.add(t, float(sample.anon_bytes) if sample.anon_bytes is not None else None)
