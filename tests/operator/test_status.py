@@ -115,3 +115,12 @@ def test_reporting_reads_false_when_a_sidecar_does_not_report(pods: list[st.PodV
     assert (c["status"], c["reason"]) == (status, reason)
     ready = next(c for c in _status(pods)["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
+
+
+def test_a_pod_with_no_limit_says_it_was_judged_against_the_node() -> None:
+    """Issue 39: which ceiling a verdict was judged against is in the status."""
+    node = Decision(Action.NONE, Reason.NO_LIMIT, "no memory limit: judged against the node",
+                    Evidence(node_ceiling_bytes=40 << 30))
+    assert st.pod_status(st.PodView("w1", "g", node, None))["judgedAgainst"] == "node"
+    assert st.pod_status(st.PodView("w1", "g", node, None))["nodeCeilingBytes"] == 40 << 30
+    assert "judgedAgainst" not in st.pod_status(st.PodView("w1", "g", OK, None))

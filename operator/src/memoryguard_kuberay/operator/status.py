@@ -64,6 +64,9 @@ def pod_status(v: PodView) -> dict[str, Any]:
         "objectStorePercent": None if ev.store_fraction is None else round(ev.store_fraction * 100, 1),
         "verdict": _verdict(v),
         "lastDecision": v.decision.message[:MESSAGE_MAX],
+        # A pod with no limit was judged against what the node leaves it.
+        **({"judgedAgainst": "node", "nodeCeilingBytes": ev.node_ceiling_bytes}
+           if ev.node_ceiling_bytes is not None else {}),
         **({"sidecarError": v.sidecar_error[:MESSAGE_MAX]} if v.sidecar_error else {}),
         **({"pollFailure": v.failure.value} if v.failure and v.sidecar_error else {}),
     }
