@@ -70,8 +70,8 @@ class CgroupV2Reader(CgroupReader):
 
     ``memory.events`` ``oom_kill`` is served as the kernel counts it: it went
     up means an OOM kill, not how many (under ``memory.oom.group=1``, the
-    kubelet's default since 1.28, one kill of two processes counted 3 on a
-    real 6.1 kernel; docs/facts.md)."""
+    kubelet's default since 1.28, one kill counted 2 for one process and 3
+    for two on a real 6.1 kernel; docs/facts.md)."""
 
     kind = "cgroup-v2"
 

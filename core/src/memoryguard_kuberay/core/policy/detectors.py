@@ -299,8 +299,12 @@ def store_full(obs: Observation) -> Verdict:
     if not limit:
         return NO
     # Without memory.stat (no anon) memory in use is all there is to read.
-    anon = bool(obs.window.anon.buckets)
-    growth = project(obs.window.anon if anon else obs.window.used, now_s=obs.now_s, ceiling=OOM_AT * limit,
+    last = obs.window.last
+    anon = last is not None and last.anon_bytes is not None
+    series = obs.window.anon if anon else obs.window.used
+    if series is None:
+        return NO
+    growth = project(series, now_s=obs.now_s, ceiling=OOM_AT * limit,
                      min_slope_per_s=s.min_growth_fraction_per_h * limit / 3600.0, settings=s)
     if growth is None or not growth.sustained:
         return NO

@@ -285,7 +285,10 @@ class PodWindow:
         self.rapid = Series(RAPID_BUCKET_S, s.rapid_window_s)
         # The processes' own memory (anon alone): "memory in use" counts the
         # object store's pages (shmem), which a store filling makes rise.
-        self.anon = Series(s.trend_bucket_s, s.trend_window_s)
+        # Kept from the first time the store is (nearly) full, the only rule
+        # that reads it: a pod whose store never fills does not pay for it
+        # (issue 25's 8 KiB a pod).
+        self.anon: Series | None = None
         self.floor = Series(FLOOR_BUCKET_S, FLOOR_WINDOW_S, on_lows=True)
         self.critical = HoldTimer()
         self.baseline_used_bytes: float | None = None  # level once warm-up is over
@@ -315,7 +318,11 @@ class PodWindow:
             self.node_ceiling_bytes = float(used + max(0, sample.node_available_bytes - NODE_EVICTION_RESERVE_BYTES))
         closed = self.used.add(t, float(used) if used is not None else None)
         self.rapid.add(t, float(used) if used is not None else None)
-        self.anon.add(t, float(sample.anon_bytes) if sample.anon_bytes is not None else None)
+        store = sample.store_fraction
+        if self.anon is None and store is not None and store >= s.store_full_fraction - s.hysteresis_fraction:
+            self.anon = Series(s.trend_bucket_s, s.trend_window_s)
+        if self.anon is not None:
+            self.anon.add(t, float(sample.anon_bytes) if sample.anon_bytes is not None else None)
         if t - self.regime_start_s >= FLOOR_WARMUP_S:
             # The floor starts after the first hour: a model loading is not a
             # floor that rises (a cache filling for hours slows down, which
