@@ -15,7 +15,10 @@ from memoryguard_kuberay.core import commands
 from ..procs import VENV_BIN, free_port, get_json, http_get, sidecar_process, wait_until
 
 FIELDS = {"time", "memory_current", "memory_max", "anon", "file", "inactive_file", "shmem", "working_set",
-          "plasma_used", "plasma_capacity", "plasma_spilled", "psi_some_avg10", "psi_full_avg10", "oom_kill"}
+          "plasma_used", "plasma_capacity", "plasma_spilled", "psi_some_avg10", "psi_full_avg10", "oom_kill",
+          # cgroup v2's memory.high and memory.events high/max (issue 40), the
+          # node's available memory for a container with no limit (issue 39)
+          "memory_high", "events_high", "events_max", "node_available"}
 
 
 def test_serves_samples_and_metrics_from_a_cgroup(fixtures: Path) -> None:
