@@ -175,21 +175,22 @@ def write_trace(samples: Iterable[Sample], stream: IO[str]) -> int:
     written when the first sample has one of them (a v2 source gives its
     event counters from the first reading; a pod with no limit the node's
     available memory), so a v1 or generated trace reads as it always did."""
+    def columns(first: dict[str, str]) -> list[str]:
+        left_out = {c for group in (V2_ONLY_COLUMNS, NODE_COLUMNS) if not any(first.get(c) for c in group)
+                    for c in group}
+        return [c for c in TRACE_COLUMNS if c not in left_out]
+
     writer: csv.DictWriter[str] | None = None
     n = 0
     for s in samples:
         row = s.to_trace_row()
         if writer is None:
-            left_out = {c for group in (V2_ONLY_COLUMNS, NODE_COLUMNS) if not any(row[c] for c in group)
-                        for c in group}
-            columns = [c for c in TRACE_COLUMNS if c not in left_out]
-            writer = csv.DictWriter(stream, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
+            writer = csv.DictWriter(stream, fieldnames=columns(row), lineterminator="\n", extrasaction="ignore")
             writer.writeheader()
         writer.writerow(row)
         n += 1
     if writer is None:
-        csv.writer(stream, lineterminator="\n").writerow(
-            [c for c in TRACE_COLUMNS if c not in V2_ONLY_COLUMNS and c not in NODE_COLUMNS])
+        csv.writer(stream, lineterminator="\n").writerow(columns({}))
     return n
 
 

@@ -56,6 +56,12 @@ def parse_keyed(data: bytes | None) -> dict[str, int]:
     return out
 
 
+def parse_kib(data: bytes | None) -> dict[str, int]:
+    """``Key:   123 kB`` lines (``/proc/meminfo``, ``smaps_rollup``): the
+    numbers as written, in KiB."""
+    return parse_keyed((data or b"").replace(b":", b" ").replace(b" kB", b""))
+
+
 def parse_psi(data: bytes | None) -> dict[str, float]:
     """``memory.pressure``: {"some_avg10": 1.5, "full_avg60": ...} in percent."""
     out: dict[str, float] = {}

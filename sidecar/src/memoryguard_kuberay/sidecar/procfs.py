@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from memoryguard_kuberay.sidecar.cgroup import MemoryReading
 from memoryguard_kuberay.sidecar.files import PreadFile
-from memoryguard_kuberay.sidecar.parsers import parse_keyed
+from memoryguard_kuberay.sidecar.parsers import parse_kib
 
 # The raylet binary, Ray's worker processes ("ray::IDLE", "ray::MyActor") and
 # the head's GCS: all live in the Ray container.
@@ -126,7 +126,7 @@ class SmapsReader:
             data = f.read()
             if data is None:
                 continue
-            kv = parse_keyed(data.replace(b":", b" ").replace(b" kB", b""))
+            kv = parse_kib(data)
             if "Pss" not in kv:
                 continue
             seen += 1

@@ -11,7 +11,7 @@ from memoryguard_kuberay.sidecar.cgroup import MemoryReading
 from memoryguard_kuberay.sidecar.discovery import Source, discover, source_name
 from memoryguard_kuberay.sidecar.files import PreadFile
 from memoryguard_kuberay.sidecar.objectstore import StoreReading
-from memoryguard_kuberay.sidecar.parsers import parse_keyed
+from memoryguard_kuberay.sidecar.parsers import parse_kib
 
 REDISCOVER_AFTER = 3  # consecutive samples without memory.current
 
@@ -117,6 +117,5 @@ class Sampler:
 def mem_available(data: bytes | None) -> int | None:
     """``MemAvailable`` of /proc/meminfo, in bytes (the kernel's estimate of
     what can be allocated without swapping), or None."""
-    kv = parse_keyed((data or b"").replace(b":", b" ").replace(b" kB", b""))
-    kib = kv.get("MemAvailable")
+    kib = parse_kib(data).get("MemAvailable")
     return None if kib is None else kib * 1024
