@@ -15,10 +15,9 @@ import pytest
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.samples import Sample
-from memoryguard_kuberay.operator import guarding, guardstate, sidecar_client
+from memoryguard_kuberay.operator import guarding, guardstate, sidecar_client, steps
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.clock import Clock
-from memoryguard_kuberay.operator.decided import Decided
 from memoryguard_kuberay.operator.guardroster import GuardRoster
 from memoryguard_kuberay.operator.kube import ApiError
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
@@ -124,18 +123,42 @@ def _context(kube: FakeKube, pods: FakePods, clock: FixedClock) -> guardstate.Op
                                     roster=GuardRoster(kube))  # type: ignore[arg-type]
 
 
-def test_the_cycle_is_the_list_of_steps_it_says() -> None:
-    """The module's docstring and the code name the same steps, in order."""
-    import inspect
+def test_the_cycle_runs_its_steps_in_order_and_writes_the_status_once_and_at_the_checkpoint(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The steps run in the order guarding.py says, each called with what
+    the ones before it returned; the status is written at the checkpoint
+    after the rotations advanced and once at the end, never after each
+    step; the Events come after the status that records them."""
+    clock = FixedClock()
+    kube = FakeKube(RC, _guard(SPEC))
+    ctx = _context(kube, FakePods([_pod("w-leak", "127.0.0.11"), _pod("w-calm", "127.0.0.12")]), clock)
 
-    src = inspect.getsource(guarding.GuardReconciler.cycle)
-    named = [line.strip().removeprefix("self.").rstrip(",") for line in src.split("steps: list[Step] = [")[1]
-             .split("]")[0].splitlines() if line.strip()]
-    assert named == ["read_spec", "admit", "find_clusters", "set_up_clusters", "read_pods", "hold_while_placing",
-                     "advance_rotations", "take_evidence", "poll_and_decide", "review_remediations", "summarize"]
-    for name in named:
-        step = getattr(guarding.GuardReconciler, name)
-        assert inspect.signature(step).return_annotation in ("Decided", Decided), name
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        return Poll(_leaking(clock.t) if ip == "127.0.0.11" else (), None, 0.01)
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    ran: list[str] = []
+    order = ["read_spec", "admit", "find_clusters", "set_up_clusters", "read_pods", "hold_while_placing",
+             "advance_rotations", "take_evidence", "poll_and_decide", "review_remediations", "summarize"]
+    for name in order:
+        real = getattr(steps, name)
+
+        def traced(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            ran.append(_name)
+            kube.log.append(("step", _name))
+            return _real(*args)
+
+        monkeypatch.setattr(steps, name, traced)
+    loop = guarding.Guard(ctx, NS, GUARD)
+    asyncio.run(guarding.cycle(loop, kube.guard))
+    assert ran == order
+    writes = [i for i, (k, _) in enumerate(kube.log) if k == "status"]
+    checkpoint = kube.log.index(("step", "advance_rotations"))
+    assert all(i > checkpoint for i in writes)  # none of the steps before wrote on its own
+    assert len(writes) <= 2 and writes[-1] > kube.log.index(("step", "summarize"))
+    events = [i for i, (k, _) in enumerate(kube.log) if k == "event"]
+    assert events and min(events) > writes[-1]  # the rotation started is announced after its record
+    assert "uid-w-leak" in str(loop.mem.status["rotations"]["inFlight"])
 
 
 def test_a_bad_pod_is_its_own_verdict_while_its_leaking_neighbour_is_rotated(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,8 +173,8 @@ def test_a_bad_pod_is_its_own_verdict_while_its_leaking_neighbour_is_rotated(mon
         return Poll(_leaking(clock.t), None, 0.01)
 
     monkeypatch.setattr(sidecar_client, "poll", poll)
-    loop = guarding.GuardReconciler(ctx, NS, GUARD)
-    delay = asyncio.run(loop.cycle(kube.guard))
+    loop = guarding.Guard(ctx, NS, GUARD)
+    delay = asyncio.run(guarding.cycle(loop, kube.guard)).delay_s
     # The next cycle comes at the guard's own place in the interval (cadence.py), within half of one either way.
     assert 7.5 <= delay <= 22.5
     assert (clock.t + delay - loop.phase * 15) % 15 == pytest.approx(0, abs=1e-6)
@@ -188,8 +211,8 @@ def test_a_pod_whose_samples_break_the_policy_is_named_and_the_others_go_on(monk
         return Poll(_leaking(clock.t), None, 0.01)
 
     monkeypatch.setattr(sidecar_client, "poll", poll)
-    loop = guarding.GuardReconciler(ctx, NS, GUARD)
-    asyncio.run(loop.cycle(kube.guard))
+    loop = guarding.Guard(ctx, NS, GUARD)
+    asyncio.run(guarding.cycle(loop, kube.guard))
     pods = loop.mem.status["pods"]
     assert pods["w-weird"]["pollFailure"] == "BadAnswer" and "ArithmeticError" in pods["w-weird"]["sidecarError"]
     assert ("annotate", "w-leak") in kube.log
@@ -218,13 +241,13 @@ def test_while_the_first_placement_is_under_way_a_cycle_counts_its_pods_and_poll
         return Poll(_leaking(clock.t), None, 0.01)
 
     monkeypatch.setattr(sidecar_client, "poll", poll)
-    loop = guarding.GuardReconciler(ctx, NS, GUARD)
-    assert loop.pods() is None
-    assert asyncio.run(loop.cycle(kube.guard)) == guarding.PLACING_RETRY_S
-    assert asked == [] and loop.pods() == 2 and not any(k == "annotate" for k, _ in kube.log)
+    loop = guarding.Guard(ctx, NS, GUARD)
+    ended = asyncio.run(guarding.cycle(loop, kube.guard))
+    assert ended == guarding.Ended(guarding.PLACING_RETRY_S, 2)
+    assert asked == [] and not any(k == "annotate" for k, _ in kube.log)
     shards.on = False
-    asyncio.run(loop.cycle(kube.guard))
-    assert sorted(asked) == ["127.0.0.11", "127.0.0.12"] and loop.pods() == 2
+    ended = asyncio.run(guarding.cycle(loop, kube.guard))
+    assert sorted(asked) == ["127.0.0.11", "127.0.0.12"] and ended.pods == 2
     assert any(k == "annotate" for k, _ in kube.log)  # a leaking pod rotated, once polled
 
 
@@ -239,24 +262,22 @@ def test_a_guard_that_could_not_read_its_pods_has_not_counted_them() -> None:
         async def pods(self, namespace: str, guard: str, clusters: Iterable[str], *, wait_s: float) -> list[pi.PodInfo]:
             raise ApiError(0, "PodCacheUnusable", "pods not listed yet")
 
-    loop = guarding.GuardReconciler(_context(kube, Unlisted([_pod("w-a", "127.0.0.11")]), clock), NS, GUARD)
-    asyncio.run(loop.cycle(kube.guard))
-    assert loop.pods() is None
+    loop = guarding.Guard(_context(kube, Unlisted([_pod("w-a", "127.0.0.11")]), clock), NS, GUARD)
+    assert asyncio.run(guarding.cycle(loop, kube.guard)).pods is None
     bad = FakeKube(RC, _guard({"clusterSelector": {"names": ["rc"]}, "sampling": {"intervalSeconds": -3}}))
-    loop = guarding.GuardReconciler(_context(bad, FakePods([_pod("w-a", "127.0.0.11")]), clock), NS, GUARD)
-    asyncio.run(loop.cycle(bad.guard))
-    assert loop.pods() == 0
+    loop = guarding.Guard(_context(bad, FakePods([_pod("w-a", "127.0.0.11")]), clock), NS, GUARD)
+    assert asyncio.run(guarding.cycle(loop, bad.guard)).pods == 0
 
 
 def test_an_invalid_spec_is_said_once_per_generation_and_ends_the_cycle() -> None:
     clock = FixedClock()
     kube = FakeKube(RC, _guard({"clusterSelector": {"names": ["rc"]}, "sampling": {"intervalSeconds": -3}}))
-    loop = guarding.GuardReconciler(_context(kube, FakePods([]), clock), NS, GUARD)
-    assert asyncio.run(loop.cycle(kube.guard)) == guarding.INVALID_RETRY_S
-    assert asyncio.run(loop.cycle(kube.guard)) == guarding.INVALID_RETRY_S
+    loop = guarding.Guard(_context(kube, FakePods([]), clock), NS, GUARD)
+    assert asyncio.run(guarding.cycle(loop, kube.guard)).delay_s == guarding.INVALID_RETRY_S
+    assert asyncio.run(guarding.cycle(loop, kube.guard)).delay_s == guarding.INVALID_RETRY_S
     assert [v for k, v in kube.log if k == "event"] == ["InvalidSpec"]
     ready = next(c for c in loop.mem.status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"
     kube.guard = _guard(kube.guard["spec"], generation=2)
-    asyncio.run(loop.cycle(kube.guard))
+    asyncio.run(guarding.cycle(loop, kube.guard))
     assert [v for k, v in kube.log if k == "event"] == ["InvalidSpec", "InvalidSpec"]

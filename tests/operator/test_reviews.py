@@ -65,10 +65,10 @@ def test_the_cycle_judges_a_remediation_and_reverts_an_ineffective_one(
         return Poll(_creeping(clock.t, 400 * MIB if ip == "127.0.0.21" else after_per_h), None, 0.01)
 
     monkeypatch.setattr(sidecar_client, "poll", poll)
-    loop = guarding.GuardReconciler(ctx, NS, "g")
+    loop = guarding.Guard(ctx, NS, "g")
     loop.memory = guarding.Memory()
     loop.mem.reviews.start(("rc", "workers", "jemalloc"), ENV, now=clock.t - 7200, creeps=[])
-    asyncio.run(loop.cycle(kube.guard))
+    asyncio.run(guarding.cycle(loop, kube.guard))
     review = loop.mem.status["remediations"]["rc/workers/jemalloc"]
     assert review["verdict"] == verdict, review["message"]
     assert set(review["before"]) == {"uid-w-old"} and set(review["after"]) == {"uid-w-new"}
@@ -81,7 +81,7 @@ def test_the_cycle_judges_a_remediation_and_reverts_an_ineffective_one(
     # Judged once: the next cycle says nothing more.
     kube.log.clear()
     clock.t += 15
-    asyncio.run(loop.cycle(kube.guard))
+    asyncio.run(guarding.cycle(loop, kube.guard))
     assert [v for k, v in kube.log if k == "event"] == []
 
 
@@ -156,11 +156,11 @@ def test_a_revert_the_api_refuses_for_now_is_tried_again_without_an_event_each_t
         return Poll(_creeping(clock.t, 400 * MIB), None, 0.01)
 
     monkeypatch.setattr(sidecar_client, "poll", poll)
-    loop = guarding.GuardReconciler(_context(kube, pods, clock), NS, "g")
+    loop = guarding.Guard(_context(kube, pods, clock), NS, "g")
     loop.memory = guarding.Memory()
     loop.mem.reviews.start(("rc", "workers", "jemalloc"), ENV, now=clock.t - 7200, creeps=[])
     for _ in range(3):
-        asyncio.run(loop.cycle(kube.guard))
+        asyncio.run(guarding.cycle(loop, kube.guard))
         clock.t += 15
     assert [v for k, v in kube.log if k == "event"] == ["RemediationIneffective", "RemediationReverted"]
     assert kube.log.count(("patch-raycluster", "rc")) == 1

@@ -13,12 +13,11 @@ from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Action, PodWindow
 from memoryguard_kuberay.core.simulate import replay
 from memoryguard_kuberay.core.traces import read_trace
-from memoryguard_kuberay.operator import podinfo
+from memoryguard_kuberay.operator import acting, podinfo
 from memoryguard_kuberay.operator.clusters import Selected
 from memoryguard_kuberay.operator.groups import Groups
-from memoryguard_kuberay.operator.guarding import GuardReconciler
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
-from memoryguard_kuberay.operator.guardstate import Cycle, Memory, OperatorContext
+from memoryguard_kuberay.operator.guardstate import Cycle, Guard, Memory, OperatorContext
 from memoryguard_kuberay.operator.judging import PodState, judge
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 
@@ -59,7 +58,7 @@ def _operator_decisions(trace_name: str) -> list[tuple[float, str, str]]:
     shared = OperatorContext(kube=Stub(), events=Stub(), drainer=None, pods=None, clock=clock,  # type: ignore[arg-type]
                     metrics=OperatorMetrics())
     spec = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "remediation": {"jemalloc": {"mode": "recommend"}}})
-    loop = GuardReconciler(shared, "default", "g")
+    loop = Guard(shared, "default", "g")
     loop.memory = Memory(settings=spec.policy)
     pod = podinfo.pod_info({"metadata": {"name": "w", "uid": "u", "labels": {
         C.LABEL_CLUSTER: "rc", C.LABEL_GROUP: "workers"}},
@@ -76,8 +75,8 @@ def _operator_decisions(trace_name: str) -> list[tuple[float, str, str]]:
                 continue
             clock.t = sample.time_s
             # The guard's own path: the policy with the guard's history, then its acting on what it decided.
-            decisions = judge(spec.policy, track, loop.history_for(pod, clock.t, cycle.groups), clock.t)
-            await loop.act(cycle, pod, track, decisions)
+            decisions = judge(spec.policy, track, acting.history_for(loop, pod, clock.t, cycle.groups), clock.t)
+            await acting.act(loop, cycle, pod, track, decisions)
             acted.extend((clock.t, d.action.value, d.reason.value) for d in decisions
                          if d.action in (Action.ROTATE, Action.REMEDIATE))
             if any(a == Action.ROTATE.value for _, a, _ in acted):

@@ -58,8 +58,8 @@ def test_a_forged_status_evicts_nothing(monkeypatch: pytest.MonkeyPatch) -> None
         return Poll((), None, 0.01)
 
     monkeypatch.setattr(sidecar_client, "poll", poll)
-    loop = guarding.GuardReconciler(ctx, NS, GUARD)
-    asyncio.run(loop.cycle(kube.guard))
+    loop = guarding.Guard(ctx, NS, GUARD)
+    asyncio.run(guarding.cycle(loop, kube.guard))
     assert [k for k, _ in kube.log if k == "evict"] == []
     events = [v for k, v in kube.log if k == "event"]
     assert events.count("StatusRecordDropped") == 4, events

@@ -37,9 +37,9 @@ def test_a_value_not_taken_is_said_once_on_the_pod(monkeypatch: pytest.MonkeyPat
         return Poll((), None, 0.01)
 
     monkeypatch.setattr(sidecar_client, "poll", poll)
-    loop = guarding.GuardReconciler(ctx, NS, GUARD)
-    asyncio.run(loop.cycle(kube.guard))
-    asyncio.run(loop.cycle(kube.guard))
+    loop = guarding.Guard(ctx, NS, GUARD)
+    asyncio.run(guarding.cycle(loop, kube.guard))
+    asyncio.run(guarding.cycle(loop, kube.guard))
     events = [v for k, v in kube.log if k == "event"]
     assert events.count("RotateAnnotationIgnored") == 1, events
     assert loop.mem.status["remembered"]["ignoredAsks"] == ["uid-w-asked"]
@@ -63,8 +63,8 @@ def test_a_pending_pod_and_a_pod_made_before_the_sidecar_degrade_nothing(monkeyp
         return Poll((), "Connect call failed", 0.01, failure=sidecar_client.PollFailure.UNREACHABLE)
 
     monkeypatch.setattr(sidecar_client, "poll", poll)
-    loop = guarding.GuardReconciler(ctx, NS, GUARD)
-    asyncio.run(loop.cycle(kube.guard))
+    loop = guarding.Guard(ctx, NS, GUARD)
+    asyncio.run(guarding.cycle(loop, kube.guard))
     st = loop.mem.status
     assert asked == ["127.0.0.12"]  # the pending pod is not asked; the early one is, and nothing answers
     assert st["pods"]["w-pending"]["pollFailure"] == "PodNotRunning" and "Pending" in st["pods"]["w-pending"][
@@ -100,7 +100,7 @@ def test_ready_says_whether_the_guard_guards_what_its_spec_names(spec: dict[str,
         return Poll((), None, 0.01)
 
     monkeypatch.setattr(sidecar_client, "poll", poll)
-    loop = guarding.GuardReconciler(ctx, NS, GUARD)
-    asyncio.run(loop.cycle(kube.guard))
+    loop = guarding.Guard(ctx, NS, GUARD)
+    asyncio.run(guarding.cycle(loop, kube.guard))
     cond = next(c for c in loop.mem.status["conditions"] if c["type"] == "Ready")
     assert (cond["status"] == "True", cond["reason"]) == (ready, reason), cond

@@ -440,11 +440,21 @@ def test_helm_uninstall_with_guards_present_completes(release: Release) -> None:
     rc = r.api.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/leak-rc")
     names = _template_containers(rc)
     assert injection.SIDECAR_NAME not in names
-    # Nothing of the release is left but the CRD (helm never deletes a chart's crds/).
-    left = r.cp.kubectl("get", "all,sa,role,rolebinding,clusterrole,clusterrolebinding,configmap,networkpolicy,"
-                        "poddisruptionbudget,lease,job", "-A", "-l", f"app.kubernetes.io/instance={RELEASE}",
-                        "-o", "name").stdout.split()
-    assert left == [], left
+    # Nothing of the release is left but the CRD (helm never deletes a chart's
+    # crds/). The operator's pod goes last and on its own time: helm deletes
+    # the Deployment, the garbage collector its ReplicaSet and then the pod,
+    # and the kubelet ends it after its grace period; `helm uninstall` (its
+    # default cascade, background) returns before that. CI once listed it
+    # still Terminating, so the check waits for the cascade, bounded.
+    def left() -> list[str]:
+        return r.cp.kubectl("get", "all,sa,role,rolebinding,clusterrole,clusterrolebinding,configmap,networkpolicy,"
+                            "poddisruptionbudget,lease,job", "-A", "-l", f"app.kubernetes.io/instance={RELEASE}",
+                            "-o", "name").stdout.split()
+    try:
+        r.wait_for(lambda: left() == [], 90, "the release's objects gone")
+    except AssertionError:
+        assert left() == [], left()
+        raise
     assert r.api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/memoryguards.memoryguard.io")
 
 

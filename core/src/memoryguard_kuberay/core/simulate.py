@@ -62,7 +62,7 @@ def replay(name: str, samples: Sequence[Sample], settings: PolicySettings) -> Re
                 continue
             acted.append(TimedDecision(now, dec))
             if dec.action is Action.REMEDIATE:
-                # As the operator does (GuardReconciler.advised): the plateau is
+                # As the operator does (acting.act: remediation advised): the plateau is
                 # advised on once (tests/operator/test_simulate_matches.py).
                 history = dataclasses.replace(history, remediation_advised=True)
             if dec.action is Action.ROTATE and first_rotation is None:

@@ -1,8 +1,10 @@
 """What a guard's loop works with, apart from the loop itself (guarding.py):
 the operator's context (made once at startup, kept in kopf's memo), one
-cycle's findings (``Run``, ``Cycle``: made afresh each cycle and dropped at
-its end) and a guard's memory between cycles (``Memory``: the policy
-windows, and what it last wrote to the objects, read back at start).
+guard as the loop keeps it between cycles (``Guard``: who it is, its
+``Memory`` of the policy windows and of what it last wrote to the objects,
+read back at start, and the evidence collections under way), and one
+cycle's findings (``Run``, ``Cycle``: made afresh each cycle, handed from
+step to step as arguments and dropped at its end).
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from typing import Any
 
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.trust import Trust
-from memoryguard_kuberay.operator import clusters, forensics, guardroster, podhttp
+from memoryguard_kuberay.operator import cadence, clusters, forensics, guardroster, podhttp
 from memoryguard_kuberay.operator import podinfo as pi
-from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.drain import Drainer
 from memoryguard_kuberay.operator.eventqueue import EventPoster
+from memoryguard_kuberay.operator.evidence import Evidence
 from memoryguard_kuberay.operator.groups import Groups
 from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec
 from memoryguard_kuberay.operator.judging import PodState
@@ -98,8 +100,17 @@ class Cycle:
 
     @functools.cached_property
     def by_name(self) -> dict[str, Mapping[str, Any]]:
-        """The selected RayClusters by name (looked up once per pod)."""
+        """The selected RayClusters by name (looked up once per pod), as
+        the server last answered: where the cycle patched one, its answer
+        (``saw``)."""
         return {c["metadata"]["name"]: c for c in self.selected.clusters}
+
+    def saw(self, name: str, rc: Mapping[str, Any]) -> None:
+        """The server's answer to the cycle's own patch of a RayCluster: the
+        rest of the cycle patches from it (its resourceVersion, the
+        template as now written). The one thing a cycle's findings take
+        in after they are made."""
+        self.by_name[name] = rc
 
     def gcs_address(self, cluster: str) -> str | None:
         """Its head's GCS, found when asked: it scans the pods, so only for
@@ -108,22 +119,22 @@ class Cycle:
         return clusters.gcs_address(rc, self.pods) if rc is not None else None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Run:
-    """One cycle's findings, filled in by its steps in order and dropped at
-    its end: nothing of it outlives the cycle."""
+    """What a cycle starts from: the guard as kopf handed it, and the time
+    it began (operator clock). What the steps find is not kept here: each
+    observing step returns it and the cycle passes it on (guarding.py)."""
 
     body: Mapping[str, Any]
     now: float
-    spec: GuardSpec | None = None
-    guards: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the namespace's guards
-    selected: clusters.Selected | None = None
-    found: Cycle | None = None
-    views: list[st.PodView] = dataclasses.field(default_factory=list)
 
     @property
     def generation(self) -> int | None:
         return (self.body.get("metadata") or {}).get("generation")
+
+    @property
+    def uid(self) -> str:
+        return str((self.body.get("metadata") or {}).get("uid", ""))
 
 
 @dataclasses.dataclass
@@ -144,3 +155,26 @@ class Memory:
     def from_status(cls, status: Mapping[str, Any]) -> Memory:
         return cls(ledger=Ledger.from_status(status), remembered=Remembered.from_status(status),
                    reviews=Reviews.from_status(status), status=json.loads(json.dumps(status)))
+
+
+@dataclasses.dataclass
+class Guard:
+    """One MemoryGuard as its loop keeps it between cycles (one per guard
+    this replica holds; dropped when its shard moves or it is deleted):
+    nothing of one cycle is kept on it."""
+
+    ctx: OperatorContext
+    namespace: str
+    name: str
+    memory: Memory | None = None  # read back from the guard's status on the first cycle
+    evidence: Evidence = dataclasses.field(default_factory=Evidence)  # collections under way (evidence.py)
+    phase: float = -1.0  # its place within the sampling interval (cadence.py)
+
+    def __post_init__(self) -> None:
+        if self.phase < 0:
+            self.phase = cadence.phase_of(self.namespace, self.name)
+
+    @property
+    def mem(self) -> Memory:
+        assert self.memory is not None, "the cycle reads the memory back first"
+        return self.memory

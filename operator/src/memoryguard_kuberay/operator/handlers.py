@@ -108,41 +108,43 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
     """Each MemoryGuard's reconciler: one cycle per sampling interval until stopped."""
     ctx: guardstate.OperatorContext = memo.ctx
     ns, nm = namespace or "", name or ""
-    reconciler: guarding.GuardReconciler | None = None
+    held: guarding.Guard | None = None  # while this replica holds its shard
+    counted: int | None = None  # its pods, as the last cycle to count them found them
     term = -1
     ctx.shards.enlist(ns, nm)
     try:
         while not stopped:
-            if reconciler is not None and (not ctx.shards.holds_guard(ns, nm) or ctx.shards.term(ns, nm) != term):
+            if held is not None and (not ctx.shards.holds_guard(ns, nm) or ctx.shards.term(ns, nm) != term):
                 # Its shard gone, or held again after another replica may have
                 # held it: what this replica knew of the guard is stale (the
                 # guard's status is the truth), and its windows are memory.
-                await reconciler.close()
+                await guarding.close(held)
                 ctx.metrics.forget_guard(ns, nm)
                 ctx.shards.weigh(ns, nm, None)
-                reconciler = None
+                held, counted = None, None
             if not ctx.shards.owns_guard(ns, nm):
                 # Not ours, or not this moment (a renewal late): kept while held.
                 await stopped.wait(OWNER_WAIT_S)
                 continue
-            if reconciler is None:
+            if held is None:
                 term = ctx.shards.term(ns, nm)
-                reconciler = guarding.GuardReconciler(ctx, ns, nm)
+                held = guarding.Guard(ctx, ns, nm)
             with ctx.shards.acting(ns, nm):
                 try:
-                    delay = await reconciler.cycle(
-                        body, stopped=lambda: bool(stopped) or not ctx.shards.owns_guard(ns, nm))
+                    ended = await guarding.cycle(
+                        held, body, stopped=lambda: bool(stopped) or not ctx.shards.owns_guard(ns, nm))
                 except asyncio.CancelledError:
                     raise
                 except Exception:  # one bad cycle must not end the guard; the next one retries
                     log.exception("%s/%s: cycle failed", namespace, name)
-                    delay = 15.0
-            ctx.shards.weigh(ns, nm, reconciler.pods())  # shards are placed by their pods
-            await stopped.wait(ctx.clock.real_seconds(delay))
+                    ended = guarding.Ended(15.0)
+            counted = ended.pods if ended.pods is not None else counted
+            ctx.shards.weigh(ns, nm, counted)  # shards are placed by their pods
+            await stopped.wait(ctx.clock.real_seconds(ended.delay_s))
     finally:
         ctx.shards.delist(ns, nm)
-        if reconciler is not None:
-            await reconciler.close()
+        if held is not None:
+            await guarding.close(held)
         if stopped.reason is not None and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
             ctx.metrics.drop_guard(ns, nm)  # gone for good: none of its series stays
 

@@ -1,6 +1,6 @@
 """Poll every guarded pod's sidecar and ask the policy about each, as soon
 as its samples are in (a fresh sample waits for no other pod). Nothing
-here acts: the guard's step (guarding.py) rotates and remediates from what
+here acts: the cycle's deciding step (steps.py) rotates and remediates from what
 this returns, most urgent first.
 
 A pod's failure is that pod's verdict (issue 23): a poll never raises
@@ -35,7 +35,6 @@ class PodState:
     group: str
     error: str | None = None
     failure: sidecar_client.PollFailure | None = None  # why the last poll brought no samples
-    last_decision: Decision | None = None
     blind: bool = False  # the sidecar answers but reads no memory
     fed_at: float | None = None  # operator clock: the last poll that brought samples (sets the next one's budget)
 
@@ -69,9 +68,7 @@ class Polling:
 
 
 def judge(settings: PolicySettings, track: PodState, history: RotationHistory, now: float) -> list[Decision]:
-    decisions = decide(settings=settings, window=track.window, history=history, now_s=now)
-    track.last_decision = decisions[0]
-    return decisions
+    return decide(settings=settings, window=track.window, history=history, now_s=now)
 
 
 async def poll_into(p: pi.PodInfo, track: PodState, how: Polling, settings: PolicySettings) -> None:

@@ -73,6 +73,13 @@ class InFlight:
     # only then (it counts a Terminating pod), so its wait counts from here.
     gone_at: float | None = None
 
+    @property
+    def reason_code(self) -> str:
+        """The policy's reason alone (``ProjectedOOM``): ``reason`` is the
+        one text a rotation carries, on the pod's annotation and in status,
+        as acting.rotate composes it (``<Reason>: <message>``)."""
+        return self.reason.split(":", 1)[0]
+
     def to_status(self) -> dict[str, Any]:
         return {"pod": self.pod, "uid": self.uid, "cluster": self.cluster, "group": self.group,
                 "reason": self.reason, "requestedAt": self.requested_at, "phase": self.phase.value,
@@ -217,7 +224,7 @@ class Ledger:
         if rot.evicted_at is not None:
             self.evicted_at.append(rot.evicted_at)
         self.recent.append({"pod": rot.pod, "group": rot.group, "cluster": rot.cluster,
-                            "reason": rot.reason.split(":", 1)[0], "requestedAt": rot.requested_at,
+                            "reason": rot.reason_code, "requestedAt": rot.requested_at,
                             "finishedAt": now, "outcome": outcome.kind.value})
         self.recent = self.recent[-MAX_RECENT:]
         return rot
