@@ -281,3 +281,27 @@ def test_an_invalid_spec_is_said_once_per_generation_and_ends_the_cycle() -> Non
     kube.guard = _guard(kube.guard["spec"], generation=2)
     asyncio.run(guarding.cycle(loop, kube.guard))
     assert [v for k, v in kube.log if k == "event"] == ["InvalidSpec", "InvalidSpec"]
+
+
+def test_a_step_that_fails_unexpectedly_still_leaves_what_the_steps_before_decided_recorded_and_said(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status is written once a cycle; a step that raises past the API
+    errors (the daemon logs it and retries) must not lose the rotation a
+    step before it started: its record and its Event go out first."""
+    clock = FixedClock()
+    kube = FakeKube(RC, _guard(SPEC))
+    ctx = _context(kube, FakePods([_pod("w-leak", "127.0.0.11"), _pod("w-calm", "127.0.0.12")]), clock)
+
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        return Poll(_leaking(clock.t) if ip == "127.0.0.11" else (), None, 0.01)
+
+    async def broken(*_: Any) -> Decided:
+        raise RuntimeError("a bug in a later step")
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    monkeypatch.setattr(steps, "review_remediations", broken)
+    loop = guarding.Guard(ctx, NS, GUARD)
+    with pytest.raises(RuntimeError):
+        asyncio.run(guarding.cycle(loop, kube.guard))
+    assert ("event", "WorkerRotationStarted") in kube.log
+    assert "uid-w-leak" in str(loop.mem.status["rotations"]["inFlight"])

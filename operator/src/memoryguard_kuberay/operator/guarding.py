@@ -109,6 +109,13 @@ async def cycle(g: Guard, body: Mapping[str, Any], *, stopped: Callable[[], bool
         log.warning("%s/%s: API error, the cycle ends here and the next repeats it: %s", g.namespace, g.name, e)
         await _write(g, body, decided)
         return Ended(interval_s, pods)
+    except Exception:
+        # Anything else ends the cycle too (the daemon logs it and tries
+        # again): what the steps before decided, a rotation started among
+        # it, is recorded and announced all the same, as each step's was
+        # when every step wrote its own.
+        await _write(g, body, decided)
+        raise
     await _write(g, body, decided)
     g.ctx.metrics.cycle_seconds.labels(g.namespace, g.name).observe(time.monotonic() - t0)
     # Cycles start every interval, not an interval after the last one
