@@ -18,6 +18,7 @@ from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.operator import guarding, guardstate, sidecar_client, steps
 from memoryguard_kuberay.operator import podinfo as pi
 from memoryguard_kuberay.operator.clock import Clock
+from memoryguard_kuberay.operator.decided import Decided
 from memoryguard_kuberay.operator.guardroster import GuardRoster
 from memoryguard_kuberay.operator.kube import ApiError
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
