@@ -168,11 +168,11 @@ class Guard:
     name: str
     memory: Memory | None = None  # read back from the guard's status on the first cycle
     evidence: Evidence = dataclasses.field(default_factory=Evidence)  # collections under way (evidence.py)
-    phase: float = -1.0  # its place within the sampling interval (cadence.py)
 
-    def __post_init__(self) -> None:
-        if self.phase < 0:
-            self.phase = cadence.phase_of(self.namespace, self.name)
+    @functools.cached_property
+    def phase(self) -> float:
+        """Its place within the sampling interval (cadence.py): from its name alone."""
+        return cadence.phase_of(self.namespace, self.name)
 
     @property
     def mem(self) -> Memory:
