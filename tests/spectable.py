@@ -14,8 +14,8 @@ import copy
 import dataclasses
 from typing import Any
 
-from memoryguard_kuberay.core import specfields, trust
-from memoryguard_kuberay.core.settings import _PERCENT_ATTRS, CROSS_RULES, SETTINGS_TABLE
+from memoryguard_kuberay.core import schema, specfields, trust
+from memoryguard_kuberay.core.settings import CROSS_RULES, POLICY_FIELDS
 
 BASE: dict[str, Any] = {"clusterSelector": {"names": ["rc"]}}
 # The chart's defaults, as the operator runs with them.
@@ -32,9 +32,9 @@ def with_value(path: str, value: Any, base: dict[str, Any] | None = None) -> dic
     return spec
 
 
-def probes(f: specfields.Field) -> list[Any]:
+def probes(f: schema.Field) -> list[Any]:
     """Values at and beyond a field's bounds, and against its rules."""
-    k = specfields.Kind
+    k = schema.Kind
     if f.kind in (k.INT, k.NUMBER):
         lo, hi = f.minimum or 0, f.maximum or 0
         step = 1 if f.kind is k.INT else 0.05
@@ -76,14 +76,14 @@ def _field_row(path: str, value: Any) -> Row:
 
 def _policy_rows() -> list[Row]:
     rows = []
-    for s in SETTINGS_TABLE:
-        scale = 100.0 if s.attr in _PERCENT_ATTRS else 1.0
-        where = f"{s.section}.{s.name}" if s.section else s.name
-        values: list[Any] = [True, False, "x"] if s.kind is bool else [
-            v * scale for v in (s.minimum, s.maximum) if v is not None] + [
-            v * scale * f for v in (s.minimum, s.maximum) if v for f in (0.5, 2)] + ["x", 0]
-        rows += [Row(f"{where}={str(v)[:20]}", with_value(where, v), server_refuses=WHOLE_FLOAT_IN_CEL if (
-            s.kind is int and isinstance(v, float) and s.name in _CEL_TEXT) else "") for v in values]
+    for s in POLICY_FIELDS:
+        # In the spec's units, as a user writes them; each bound written as a
+        # float (1800.0), as JSON may carry it, and halved and doubled.
+        values: list[Any] = [True, False, "x"] if s.kind is schema.Kind.BOOL else [
+            float(v) for v in (s.minimum, s.maximum) if v is not None] + [
+            float(v) * f for v in (s.minimum, s.maximum) if v for f in (0.5, 2)] + ["x", 0]
+        rows += [Row(f"{s.path}={str(v)[:20]}", with_value(s.path, v), server_refuses=WHOLE_FLOAT_IN_CEL if (
+            s.kind is schema.Kind.INT and isinstance(v, float) and s.name in _CEL_TEXT) else "") for v in values]
     return rows
 
 

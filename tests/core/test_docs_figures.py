@@ -18,10 +18,7 @@ UNIT_S = {"s": 1, "min": 60, "h": 3600}
 
 def _defaults() -> dict[str, float]:
     out: dict[str, float] = {}
-    for s in settings.SETTINGS_TABLE:
-        if isinstance(s.default, int | float) and s.unit == "s":
-            out[s.name] = out[f"{s.section}.{s.name}" if s.section else s.name] = float(s.default)
-    for f in specfields.FIELDS:
+    for f in (*settings.POLICY_FIELDS, *specfields.FIELDS):
         if isinstance(f.default, int | float) and not isinstance(f.default, bool) and f.unit == "s":
             out[f.path] = out[f.path.rsplit(".", 1)[-1]] = float(f.default)
     return out

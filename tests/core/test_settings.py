@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from memoryguard_kuberay.core.settings import SETTINGS_TABLE, PolicySettings, SettingsError, crd_properties
+from memoryguard_kuberay.core.schema import crd_property
+from memoryguard_kuberay.core.settings import POLICY_FIELDS, PolicySettings, SettingsError
 
 
 def test_defaults_match_table() -> None:
     s = PolicySettings.from_spec({})
-    for spec in SETTINGS_TABLE:
-        assert getattr(s, spec.attr) == spec.default
+    for f in POLICY_FIELDS:
+        assert getattr(s, f.attr) == f.held_default
 
 
 def test_percent_fields_become_fractions() -> None:
@@ -44,7 +45,7 @@ def test_all_problems_at_once() -> None:
 
 
 def test_crd_properties_in_spec_units() -> None:
-    props = crd_properties("policy")
+    props = {f.name: crd_property(f) for f in POLICY_FIELDS if f.section == "policy"}
     assert props["criticalPercent"] == {**props["criticalPercent"], "type": "number", "default": 95,
                                         "minimum": 50, "maximum": 100}
     assert props["horizonSeconds"]["type"] == "integer" and props["horizonSeconds"]["default"] == 5400
@@ -54,5 +55,5 @@ def test_docs_list_every_setting() -> None:
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "how-it-works.md").read_text()
-    for s in SETTINGS_TABLE:
-        assert f"`spec.{s.section + '.' if s.section else ''}{s.name}`" in doc, f"{s.name} is not documented"
+    for f in POLICY_FIELDS:
+        assert f"`spec.{f.path}`" in doc, f"{f.name} is not documented"

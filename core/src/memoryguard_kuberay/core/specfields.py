@@ -1,18 +1,19 @@
 """The MemoryGuard spec's operator sections, described once: every field
-with its type, default, bounds, pattern and the words that refuse it, and
-every rule that spans fields, as CEL and as Python. From this table
-``crd.py`` generates the CRD's schema (CEL included), ``guardspec.py``
-reads a spec, and ``settings_table()`` writes the docs' settings table; a
-test holds the three equal. The policy's own fields (``spec.policy``, most
-of ``spec.rotation``, ``includeHead``, ``dryRun``) come from the core's
-``SETTINGS_TABLE`` the same way. Purely computational.
+with its type, default, bounds, pattern and the words that refuse it
+(``schema.Field``, the one kind of description), and every rule that spans
+fields, as CEL and as Python. From this table ``specschema.py`` generates the
+CRD's schema (CEL included), ``guardspec.py`` reads a spec into its typed
+sections, and ``settings_table()`` writes the docs' settings table; a test
+holds the three equal. The policy's own fields (``spec.policy``, most of
+``spec.rotation``, ``includeHead``, ``dryRun``) are the core's
+``POLICY_FIELDS``, read, published and printed the same way. Purely
+computational.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,52 +21,7 @@ from typing import Any
 from memoryguard_kuberay.core import settings as core_settings
 from memoryguard_kuberay.core import trust as tr
 from memoryguard_kuberay.core.constants import SIDECAR_PORT
-
-
-class Kind(str, enum.Enum):
-    INT = "integer"
-    NUMBER = "number"
-    BOOL = "boolean"
-    STRING = "string"
-    STRINGS = "strings"  # a list of strings
-    LABELS = "labels"  # a map of label keys to label values
-
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """A check of one value: CEL for the CRD, Python for the reader."""
-
-    cel: str
-    message: str
-    holds: Callable[[Any], bool]
-
-
-@dataclasses.dataclass(frozen=True)
-class Field:
-    path: str  # below spec, dotted: "sampling.intervalSeconds"
-    kind: Kind
-    default: Any  # None: no default
-    doc: str
-    unit: str = "-"
-    minimum: float | None = None
-    maximum: float | None = None
-    pattern: str | None = None  # a string, or each string of a list
-    choices: tuple[str, ...] = ()
-    min_items: int | None = None
-    max_items: int | None = None
-    max_length: int | None = None
-    problem: str = ""  # how the reader refuses a value of the wrong shape
-    rules: tuple[Rule, ...] = ()
-
-    def __post_init__(self) -> None:
-        # A real API server costs a CEL rule over a string with no maxLength
-        # (a list with no maxItems) as if it were as long as a whole request,
-        # and refuses the CRD; and a guard's author may send a megabyte in any
-        # field. So every string and every list of the table is bounded.
-        if self.kind in (Kind.STRING, Kind.STRINGS, Kind.LABELS) and self.max_length is None:
-            raise ValueError(f"spec.{self.path}: a string field needs max_length")
-        if self.kind in (Kind.STRINGS, Kind.LABELS) and self.max_items is None:
-            raise ValueError(f"spec.{self.path}: a list or map field needs max_items")
+from memoryguard_kuberay.core.schema import Field, Kind, Rule, check, docs_row, said
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +81,8 @@ _MODE_DOC = "off: nothing; recommend: Event and status only; auto: patch the wor
 # Objects that get a default of {} (so their fields' defaults fill in), and
 # their descriptions.
 SECTIONS: dict[str, str] = {
+    "policy": "When a worker is at risk: the thresholds, trends and durations the policy judges by.",
+    "rotation": "How an at-risk worker is replaced, and the budgets that bound it.",
     "sampling": "How the sidecars are polled.",
     "remediation": "What to change in the worker groups' pod templates when the policy advises it.",
     "remediation.jemalloc": "jemalloc for fragmentation (a plateau).",
@@ -242,37 +200,13 @@ OBJECT_RULES: tuple[ObjectRule, ...] = (
 
 
 # -- the reader -------------------------------------------------------------------------
-def _fits(f: Field, text: str) -> bool:
-    """Within the field's length (checked first: a pattern is never run on a
-    megabyte) and its pattern."""
-    return (f.max_length is None or len(text) <= f.max_length) and (
-        not f.pattern or re.match(f.pattern, text) is not None)
+_BY_PATH = {f.path: f for f in FIELDS}
 
 
-def _value(f: Field, raw: Any) -> tuple[Any, str | None]:
-    """The value, or the reason it is refused."""
-    k = f.kind
-    if k is Kind.BOOL:
-        return (raw, None) if isinstance(raw, bool) else (None, f.problem or "must be true or false")
-    if k in (Kind.INT, Kind.NUMBER):
-        ok = (not isinstance(raw, bool) and isinstance(raw, (int, float)) and math.isfinite(raw)
-              and abs(raw) <= 2**53 and (k is Kind.NUMBER or float(raw).is_integer()))
-        if not ok:
-            return None, f.problem or f"must be a {'whole ' if k is Kind.INT else ''}number, got {str(raw)[:40]!r}"
-        if (f.minimum is not None and raw < f.minimum) or (f.maximum is not None and raw > f.maximum):
-            return None, f": {raw} is outside [{f.minimum:g}, {f.maximum:g}]"
-        return (int(raw) if k is Kind.INT else float(raw)), None
-    if k is Kind.STRING:
-        ok = isinstance(raw, str) and _fits(f, raw) and (not f.choices or raw in f.choices)
-        return (raw, None) if ok else (None, f.problem or "is not a valid value")
-    if k is Kind.STRINGS:
-        ok = isinstance(raw, list) and all(isinstance(x, str) and _fits(f, x) for x in raw)
-        ok = ok and (f.min_items is None or len(raw) >= f.min_items) and (
-            f.max_items is None or len(raw) <= f.max_items)
-        return (tuple(raw), None) if ok else (None, f.problem or "is not a list of valid strings")
-    ok = isinstance(raw, Mapping) and all(isinstance(v, str) and _fits(f, v) for v in raw.values())
-    ok = ok and (f.max_items is None or len(raw) <= f.max_items)
-    return (dict(raw), None) if ok else (None, f.problem or "is not a map of label keys to values")
+def default(path: str) -> Any:
+    """The default of the field at ``path`` (a list's as a tuple)."""
+    d = _BY_PATH[path].default
+    return tuple(d) if isinstance(d, list) else d
 
 
 def read(spec: Mapping[str, Any], policy: core_settings.PolicySettings) -> tuple[dict[str, Any], list[str]]:
@@ -283,7 +217,7 @@ def read(spec: Mapping[str, Any], policy: core_settings.PolicySettings) -> tuple
     that span both."""
     values: dict[str, Any] = {}
     problems: list[str] = []
-    said: set[str] = set()
+    objects_said: set[str] = set()
     for f in FIELDS:
         node: Any = spec
         parts = f.path.split(".")
@@ -291,23 +225,17 @@ def read(spec: Mapping[str, Any], policy: core_settings.PolicySettings) -> tuple
             node = node.get(part) if isinstance(node, Mapping) else None
             if node is not None and not isinstance(node, Mapping):
                 where = ".".join(parts[:i + 1])
-                if where not in said:
-                    said.add(where)
+                if where not in objects_said:
+                    objects_said.add(where)
                     problems.append(f"spec.{where} must be an object")
                 node = None
         raw = node.get(parts[-1]) if isinstance(node, Mapping) else None
         if raw is None:
             values[f.path] = tuple(f.default) if isinstance(f.default, list) else f.default
             continue
-        value, problem = _value(f, raw)
-        if problem is None:
-            broken = next((r for r in f.rules if not all(r.holds(x) for x in (
-                value if f.kind is Kind.STRINGS else [value]))), None)
-            if broken is not None:
-                problem = f": {broken.message}"
+        value, problem = check(f, raw)
         if problem is not None:
-            sep = "" if problem.startswith(":") else " "
-            problems.append(f"spec.{f.path}{sep}{problem}")
+            problems.append(said(f, problem))
             value = tuple(f.default) if isinstance(f.default, list) else f.default
         values[f.path] = value
     for r in OBJECT_RULES:
@@ -338,9 +266,7 @@ def policy_part(spec: Mapping[str, Any]) -> dict[str, Any]:
 def _known_tree() -> dict[str, Any]:
     """Every field of the spec as a tree of names (None: a leaf or a free map)."""
     tree: dict[str, Any] = {}
-    paths = [f.path for f in FIELDS] + [
-        f"{s.section + '.' if s.section else ''}{s.name}" for s in core_settings.SETTINGS_TABLE]
-    for path in paths:
+    for path in (f.path for f in (*core_settings.POLICY_FIELDS, *FIELDS)):
         node = tree
         *parents, leaf = path.split(".")
         for part in parents:
@@ -378,21 +304,7 @@ def unknown_fields(spec: Mapping[str, Any]) -> list[str]:
 def settings_table() -> str:
     """The docs' table of every spec field: the core's and the operator's."""
     rows = ["| spec field | default | unit | meaning |", "|---|---|---|---|"]
-
-    def fmt(v: Any) -> str:
-        if isinstance(v, bool):
-            return str(v).lower()
-        if isinstance(v, (list, tuple)):
-            return ", ".join(str(x) for x in v)
-        return "-" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
-
-    for s in core_settings.SETTINGS_TABLE:
-        scale = 100.0 if s.attr in core_settings._PERCENT_ATTRS else 1.0
-        default = s.default if s.kind is bool else core_settings._round(float(s.default) * scale)
-        unit = "percent" if scale != 1 else s.unit or "-"
-        rows.append(f"| `spec.{s.section + '.' if s.section else ''}{s.name}` | {fmt(default)} | {unit} | {s.doc} |")
-    for f in FIELDS:
-        rows.append(f"| `spec.{f.path}` | {fmt(f.default)} | {f.unit} | {f.doc} |")
+    rows += [docs_row(f) for f in (*core_settings.POLICY_FIELDS, *FIELDS)]
     return "\n".join(rows) + "\n"
 
 

@@ -1,55 +1,16 @@
-"""The spec's field table (specfields.py) as the CRD's OpenAPI schema:
-every field with its type, bounds, pattern, CEL rules and default, and the
-rules across fields. Purely computational; ``make crds`` writes the result.
+"""The spec's field tables (the core's ``POLICY_FIELDS`` and
+``specfields.FIELDS``) as the CRD's OpenAPI schema: every field with its
+type, bounds, pattern, CEL rules and default, and the rules across fields.
+Purely computational; ``make crds`` writes the result.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from memoryguard_kuberay.core import settings as core_settings
-from memoryguard_kuberay.core.specfields import FIELDS, OBJECT_RULES, SECTION_DOCS, SECTIONS, Field, Kind
-
-
-def _prop(f: Field) -> dict[str, Any]:
-    desc = f"{f.doc} Unit: {f.unit}." if f.unit != "-" else f.doc
-    prop: dict[str, Any]
-    if f.kind is Kind.STRINGS:
-        item: dict[str, Any] = {"type": "string", "maxLength": f.max_length}
-        if f.pattern:
-            item["pattern"] = f.pattern
-        if f.rules:
-            item["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message} for r in f.rules]
-        prop = {"type": "array", "description": desc, "items": item}
-        for key, val in (("minItems", f.min_items), ("maxItems", f.max_items)):
-            if val is not None:
-                prop[key] = val
-    elif f.kind is Kind.LABELS:
-        value: dict[str, Any] = {"type": "string"}
-        if f.max_length is not None:
-            value["maxLength"] = f.max_length
-        if f.pattern:
-            value["pattern"] = f.pattern
-        prop = {"type": "object", "description": desc, "additionalProperties": value}
-        if f.max_items is not None:
-            prop["maxProperties"] = f.max_items
-        if f.rules:
-            prop["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message} for r in f.rules]
-    else:
-        prop = {"type": f.kind.value, "description": desc}
-        limits: tuple[tuple[str, Any], ...] = (("minimum", f.minimum), ("maximum", f.maximum),
-                                                ("pattern", f.pattern), ("maxLength", f.max_length))
-        for key, val in limits:
-            if val is not None:
-                prop[key] = val
-        if f.choices:
-            prop["enum"] = list(f.choices)
-        if f.rules:
-            prop["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message} for r in f.rules]
-        prop = core_settings.fractional_minimum(prop)
-    if f.default is not None:
-        prop["default"] = f.default
-    return prop
+from memoryguard_kuberay.core.schema import crd_property
+from memoryguard_kuberay.core.settings import CROSS_RULES, POLICY_FIELDS
+from memoryguard_kuberay.core.specfields import FIELDS, OBJECT_RULES, SECTION_DOCS, SECTIONS
 
 
 def _obj(path: str) -> dict[str, Any]:
@@ -63,14 +24,16 @@ def _obj(path: str) -> dict[str, Any]:
 
 
 def schema_into(spec: dict[str, Any]) -> None:
-    """Add every field of the table, and the object rules, to the spec's
-    OpenAPI schema (objects created as needed, kept where they exist)."""
-    for f in FIELDS:
+    """Add every field of both tables, and the rules across fields, to the
+    spec's OpenAPI schema (objects created as needed, kept where they exist)."""
+    for f in (*POLICY_FIELDS, *FIELDS):
         *parents, name = f.path.split(".")
         node = spec
         for i, part in enumerate(parents):
             node = node["properties"].setdefault(part, _obj(".".join(parents[:i + 1])))
-        node["properties"][name] = _prop(f)
+        node["properties"][name] = crd_property(f)
+    spec["properties"]["policy"]["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message}
+                                                                 for r in CROSS_RULES]
     for r in OBJECT_RULES:
         node = spec
         for part in r.path.split(".") if r.path else []:

@@ -15,26 +15,14 @@ import yaml
 
 from memoryguard_kuberay.core import specschema
 from memoryguard_kuberay.core.constants import GROUP, KIND, PLURAL, VERSION
-from memoryguard_kuberay.core.settings import CROSS_RULES, crd_properties
 
 
 def spec_schema() -> dict[str, Any]:
-    """The spec's OpenAPI schema, from the two tables: the core's (the
-    policy, the rotation budgets, includeHead, dryRun, and the CEL rules
-    across them) and the operator's (specfields.py: every other field, and
-    its rules)."""
-    policy: dict[str, Any] = {"type": "object", "default": {}, "properties": crd_properties("policy"),
-                              "x-kubernetes-validations": [{"rule": r.cel, "message": r.message}
-                                                           for r in CROSS_RULES]}
-    spec: dict[str, Any] = {
-        "type": "object",
-        "required": ["clusterSelector"],
-        "properties": {
-            **crd_properties(""),
-            "policy": policy,
-            "rotation": {"type": "object", "default": {}, "properties": crd_properties("rotation")},
-        },
-    }
+    """The spec's OpenAPI schema, from the two tables of fields: the core's
+    (the policy, the rotation budgets, includeHead, dryRun, and the CEL
+    rules across them) and the operator's (specfields.py: every other field,
+    and its rules)."""
+    spec: dict[str, Any] = {"type": "object", "required": ["clusterSelector"], "properties": {}}
     specschema.schema_into(spec)
     return spec
 

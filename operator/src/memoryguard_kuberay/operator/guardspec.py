@@ -4,8 +4,9 @@
 every problem in words a person understands; the handler turns that into a
 Degraded condition and a Warning Event and does not retry. What each field
 is (type, default, bounds, pattern, rules) is described once, in
-``specfields.py`` (the operator's sections) and the core's ``SETTINGS_TABLE``
-(the policy's); the CRD is generated from the same tables, so a real API
+``specfields.py`` (the operator's sections, which the typed sections here are
+built from, defaults included) and the core's ``POLICY_FIELDS`` (the
+policy's); the CRD is generated from the same tables, so a real API
 server refuses most of this at admission, and this reader refuses it again
 for servers that did not, plus what a schema cannot say (the installer's
 trust limits, rules across the policy and the sampling). Purely computational.
@@ -14,10 +15,9 @@ trust limits, rules across the policy and the sampling). Purely computational.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core import specfields
 from memoryguard_kuberay.core import trust as tr
 from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
@@ -32,72 +32,100 @@ __all__ = ["DEFAULT_JEMALLOC_PATH", "DEFAULT_MALLOC_CONF", "DEFAULT_SIDECAR_IMAG
            "read_guard_spec"]
 
 
+T = TypeVar("T")
+
+
 class SpecError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
 
 
+def _spec(path: str, held: Callable[[Any], Any] = lambda v: v) -> Any:
+    """A typed section's attribute that holds the spec field at ``path``:
+    its default is the table's (``specfields.FIELDS``), as ``held`` holds it,
+    and ``_section`` fills it from what was read. Nothing here repeats a
+    default or a name of the table."""
+    meta = {"path": path, "held": held}
+    default = held(specfields.default(path))
+    if isinstance(default, dict):  # a dataclass takes a mutable default only from a factory
+        return dataclasses.field(default_factory=lambda: held(specfields.default(path)), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _section(cls: type[T], values: Mapping[str, Any], **given: Any) -> T:
+    """``cls`` built from the values read (by dotted path), plus ``given``."""
+    return cls(**{f.name: f.metadata["held"](values[f.metadata["path"]])
+                  for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+                  if "path" in f.metadata and f.name not in given}, **given)
+
+
+def _tuple(v: Any) -> tuple[Any, ...]:
+    return tuple(v or ())
+
+
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    cluster_names: tuple[str, ...]
-    cluster_labels: Mapping[str, str]
-    worker_groups: tuple[str, ...]  # empty: every group
+    cluster_names: tuple[str, ...] = _spec("clusterSelector.names", _tuple)
+    cluster_labels: Mapping[str, str] = _spec("clusterSelector.matchLabels", lambda v: dict(v or {}))
+    worker_groups: tuple[str, ...] = _spec("workerGroups", _tuple)  # empty: every group
 
 
 @dataclasses.dataclass(frozen=True)
 class Sampling:
-    interval_s: float = 15.0
-    sidecar_port: int = C.SIDECAR_PORT
-    timeout_s: float = 5.0
+    interval_s: float = _spec("sampling.intervalSeconds", float)
+    sidecar_port: int = _spec("sampling.sidecarPort", int)
+    timeout_s: float = _spec("sampling.timeoutSeconds", float)
 
 
 @dataclasses.dataclass(frozen=True)
 class Jemalloc:
-    mode: Mode = Mode.OFF
-    library_path: str = DEFAULT_JEMALLOC_PATH
-    malloc_conf: str = DEFAULT_MALLOC_CONF
+    mode: Mode = _spec("remediation.jemalloc.mode", Mode)
+    library_path: str = _spec("remediation.jemalloc.libraryPath")
+    malloc_conf: str = _spec("remediation.jemalloc.mallocConf")
 
 
 @dataclasses.dataclass(frozen=True)
 class Spilling:
-    mode: Mode = Mode.OFF
-    threshold_percent: int = 80
-    min_spilling_size_bytes: int = 100 * 1024 * 1024
-    directories: tuple[str, ...] = ("/tmp/ray-spill",)
+    mode: Mode = _spec("remediation.spilling.mode", Mode)
+    threshold_percent: int = _spec("remediation.spilling.thresholdPercent")
+    min_spilling_size_bytes: int = _spec("remediation.spilling.minSpillingSizeBytes")
+    directories: tuple[str, ...] = _spec("remediation.spilling.directories", _tuple)
 
 
 @dataclasses.dataclass(frozen=True)
 class SidecarInjection:
-    inject: bool = False
+    inject: bool = _spec("sidecar.inject")
+    # The table has no default image: the chart's own (read_guard_spec's
+    # sidecar_image) is the default; this one is the offline tools'.
     image: str = DEFAULT_SIDECAR_IMAGE
-    port: int = C.SIDECAR_PORT
-    cpu_request: str = "10m"
-    memory_request: str = "32Mi"
-    memory_limit: str = "64Mi"
+    port: int = _spec("sidecar.port")
+    cpu_request: str = _spec("sidecar.resources.cpuRequest")
+    memory_request: str = _spec("sidecar.resources.memoryRequest")
+    memory_limit: str = _spec("sidecar.resources.memoryLimit")
 
 
 @dataclasses.dataclass(frozen=True)
 class Pdb:
-    enabled: bool = False
-    max_unavailable: int = 1
+    enabled: bool = _spec("rotation.podDisruptionBudget.enabled")
+    max_unavailable: int = _spec("rotation.podDisruptionBudget.maxUnavailable")
 
 
 @dataclasses.dataclass(frozen=True)
 class Forensics:
-    enabled: bool = True
-    timeout_s: float = 30.0
-    keep: int = 20
-    call_sites: Mode = Mode.OFF  # remediation: RAY_record_ref_creation_sites=1
+    enabled: bool = _spec("forensics.enabled")
+    timeout_s: float = _spec("forensics.timeoutSeconds", float)
+    keep: int = _spec("forensics.keep", int)
+    call_sites: Mode = _spec("remediation.callSites.mode", Mode)  # remediation: RAY_record_ref_creation_sites=1
 
 
 @dataclasses.dataclass(frozen=True)
 class ReviewSpec:
     """When a remediation is judged, and whether an ineffective one is undone."""
 
-    after_s: float = 21600.0
-    min_pods: int = 2
-    revert_ineffective: bool = False
+    after_s: float = _spec("remediation.review.afterSeconds", float)
+    min_pods: int = _spec("remediation.review.minPods", int)
+    revert_ineffective: bool = _spec("remediation.review.revert", lambda v: v == "ineffective")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,13 +137,13 @@ class GuardSpec:
     spilling: Spilling
     sidecar: SidecarInjection
     pdb: Pdb
-    replacement_timeout_s: float = 900.0
-    eviction_timeout_s: float = 600.0
+    replacement_timeout_s: float = _spec("rotation.replacementTimeoutSeconds", float)
+    eviction_timeout_s: float = _spec("rotation.evictionTimeoutSeconds", float)
     forensics: Forensics = Forensics()
     review: ReviewSpec = ReviewSpec()
     # kuberay.allowRecreate: template changes on an upgradeStrategy Recreate
     # cluster (each one recreates the whole cluster: kuberayrules.py).
-    allow_recreate: bool = False
+    allow_recreate: bool = _spec("kuberay.allowRecreate", bool)
 
 
 def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFAULT_SIDECAR_IMAGE,
@@ -132,40 +160,20 @@ def read_guard_spec(spec: Mapping[str, Any] | None, *, sidecar_image: str = DEFA
     except SettingsError as e:
         problems.extend(e.problems)
         policy = PolicySettings()
-    # Everything else: the operator's table.
+    # Everything else: the operator's table, into its typed sections.
     v, found = specfields.read(spec, policy)
     problems += found
-    sampling = Sampling(interval_s=float(v["sampling.intervalSeconds"]), sidecar_port=int(v["sampling.sidecarPort"]),
-                        timeout_s=float(v["sampling.timeoutSeconds"]))
-    jemalloc = Jemalloc(mode=Mode(v["remediation.jemalloc.mode"]),
-                        library_path=v["remediation.jemalloc.libraryPath"],
-                        malloc_conf=v["remediation.jemalloc.mallocConf"])
+    jemalloc = _section(Jemalloc, v)
     if jemalloc.mode != Mode.OFF:
         problems += tr.jemalloc_problems(jemalloc.library_path, trust)
-    spilling = Spilling(mode=Mode(v["remediation.spilling.mode"]),
-                        threshold_percent=v["remediation.spilling.thresholdPercent"],
-                        min_spilling_size_bytes=v["remediation.spilling.minSpillingSizeBytes"],
-                        directories=tuple(v["remediation.spilling.directories"]))
-    sidecar = SidecarInjection(inject=v["sidecar.inject"], image=v["sidecar.image"] or sidecar_image,
-                               port=v["sidecar.port"], cpu_request=v["sidecar.resources.cpuRequest"],
-                               memory_request=v["sidecar.resources.memoryRequest"],
-                               memory_limit=v["sidecar.resources.memoryLimit"])
+    sidecar = _section(SidecarInjection, v, image=v["sidecar.image"] or sidecar_image)
     if sidecar.inject:
         problems += tr.sidecar_problems(image=sidecar.image, cpu_request=sidecar.cpu_request,
                                         memory_request=sidecar.memory_request, memory_limit=sidecar.memory_limit,
                                         trust=trust)
         problems += tr.port_problems(sidecar.port, "spec.sidecar.port", trust)
-    pdb = Pdb(enabled=v["rotation.podDisruptionBudget.enabled"],
-              max_unavailable=v["rotation.podDisruptionBudget.maxUnavailable"])
     if problems:
         raise SpecError(problems)
-    selection = Selection(tuple(v["clusterSelector.names"] or ()), dict(v["clusterSelector.matchLabels"] or {}),
-                          tuple(v["workerGroups"] or ()))
-    forensics = Forensics(enabled=v["forensics.enabled"], timeout_s=float(v["forensics.timeoutSeconds"]),
-                          keep=int(v["forensics.keep"]), call_sites=Mode(v["remediation.callSites.mode"]))
-    review = ReviewSpec(after_s=float(v["remediation.review.afterSeconds"]),
-                        min_pods=int(v["remediation.review.minPods"]),
-                        revert_ineffective=v["remediation.review.revert"] == "ineffective")
-    return GuardSpec(selection, policy, sampling, jemalloc, spilling, sidecar, pdb,
-                     float(v["rotation.replacementTimeoutSeconds"]), float(v["rotation.evictionTimeoutSeconds"]),
-                     forensics, review, bool(v["kuberay.allowRecreate"]))
+    return _section(GuardSpec, v, selection=_section(Selection, v), policy=policy, sampling=_section(Sampling, v),
+                    jemalloc=jemalloc, spilling=_section(Spilling, v), sidecar=sidecar, pdb=_section(Pdb, v),
+                    forensics=_section(Forensics, v), review=_section(ReviewSpec, v))
