@@ -119,7 +119,9 @@ def _shape(f: Field, raw: Any) -> tuple[Any, str | None]:
     k = f.kind
     unit = f" ({f.unit})" if f.unit != "-" else ""
     if k is Kind.BOOL:
-        return (raw, None) if isinstance(raw, bool) else (None, f.problem or f": must be true or false, got {raw!r:.40}")
+        if isinstance(raw, bool):
+            return raw, None
+        return None, f.problem or f": must be true or false, got {raw!r:.40}"
     if k in (Kind.INT, Kind.NUMBER):
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             return None, f.problem or f": must be a number{unit}, got {str(raw)[:40]!r}"

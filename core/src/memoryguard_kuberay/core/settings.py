@@ -18,7 +18,6 @@ from typing import Any
 
 from memoryguard_kuberay.core.schema import Field, Kind, check, said
 
-
 POLICY_FIELDS: tuple[Field, ...] = (
     # Hysteresis on absolute usage: a backstop for growth too fast to trend.
     Field("policy.criticalPercent", Kind.NUMBER, 95,

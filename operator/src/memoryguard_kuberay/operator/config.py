@@ -1,10 +1,16 @@
 """Operator settings from ``MEMORYGUARD_*`` environment variables (the chart
 sets them), each with its unit. Per-guard settings live in the MemoryGuard
-spec, not here."""
+spec, not here.
+
+``ENV`` is the one table of them: ``OperatorConfig`` takes its defaults from
+it, ``from_env`` reads the variables by it, the ``operator`` command's flags
+take their defaults from it (``env``), and docs/operations.md's table is
+generated from it (``python -m memoryguard_kuberay.operator.config``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -14,23 +20,73 @@ from memoryguard_kuberay.core import trust as tr
 from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE
 
 
+class Kind(str, enum.Enum):
+    TEXT = "text"
+    INT = "int"
+    NUMBER = "number"
+    FLAG = "flag"  # true/false, 1/0, yes/no
+    LIST = "list"  # comma-separated
+
+
 @dataclasses.dataclass(frozen=True)
-class OperatorConfig:
-    metrics_host: str = "0.0.0.0"
-    metrics_port: int = 8080  # 0: no metrics server
-    api_timeout_s: float = 30.0
-    watch_timeout_s: int = 300  # server-side watch timeout; kopf re-watches
-    drain: bool = True  # drain Ray nodes through the GCS before evicting
-    drain_rpc_timeout_s: float = 15.0  # wait this long for the GCS to answer a drain, then evict anyway
-    time_scale: float = 1.0  # demo and tests only: the operator clock runs this much faster
-    epoch: float | None = None  # ... from this unix time
-    sidecar_image: str = DEFAULT_SIDECAR_IMAGE  # injected when a guard names no image
-    # What guards may put into pods (trust.py): allowed sidecar image
-    # repositories (default: sidecar_image's), jemalloc libraries, and the
-    # sidecar port the chart's NetworkPolicy covers (None: no policy).
-    trust: tr.Trust = dataclasses.field(default_factory=tr.Trust)
-    max_guards_per_namespace: int = 50  # newer guards beyond it are refused (guardroster.py)
-    per_pod_metrics: bool = False  # a series per pod besides the per-group ones (metrics.py)
+class EnvSetting:
+    name: str  # after MEMORYGUARD_
+    kind: Kind
+    default: str  # as the variable is written; "": unset
+    meaning: str  # the docs' words
+    low: float = 0
+    high: float = 0
+    shown: str = ""  # the docs' default, where the written one says nothing ("" unset)
+    # OperatorConfig's field ("trust.<field>": its Trust's); "": the default of
+    # an ``operator`` command flag, which main.py's argparse reads and checks.
+    attr: str = ""
+
+
+ENV: tuple[EnvSetting, ...] = (
+    EnvSetting("METRICS_PORT", Kind.INT, "8080", "Prometheus metrics; port 0 serves none", 0, 65535,
+               attr="metrics_port"),
+    EnvSetting("METRICS_HOST", Kind.TEXT, "0.0.0.0", "the address the metrics are served on", attr="metrics_host"),
+    EnvSetting("SIDECAR_IMAGE", Kind.TEXT, DEFAULT_SIDECAR_IMAGE, "injected when a guard names no image",
+               shown="the release's sidecar image", attr="sidecar_image"),
+    EnvSetting("SIDECAR_IMAGE_ALLOWLIST", Kind.LIST, "", "comma-separated image repositories a guard may name in "
+               "`spec.sidecar.image` (chart: `sidecar.allowedImages`)", shown="the sidecar image's repository",
+               attr="trust.sidecar_images"),
+    EnvSetting("JEMALLOC_PATHS", Kind.LIST, "", "comma-separated libraries a guard may `LD_PRELOAD` (chart: "
+               "`remediation.jemallocPaths`)", shown="the usual jemalloc paths", attr="trust.jemalloc_paths"),
+    EnvSetting("POLICY_SIDECAR_PORT", Kind.INT, "", "the sidecar port the chart's NetworkPolicy covers; guards "
+               "injecting a sidecar on another port are refused (set by the chart when it renders the policy)",
+               1, 65535, attr="trust.policy_port"),
+    EnvSetting("DRAIN", Kind.FLAG, "true", "drain Ray nodes through the GCS before evicting (chart: "
+               "`drain.enabled`)", attr="drain"),
+    EnvSetting("DRAIN_RPC_TIMEOUT_SECONDS", Kind.NUMBER, "15", "how long a drain waits for the GCS before the pod "
+               "is evicted undrained (chart: `drain.rpcTimeoutSeconds`)", 0.1, 3600, attr="drain_rpc_timeout_s"),
+    EnvSetting("LOG_LEVEL", Kind.TEXT, "INFO", "DEBUG, INFO, WARNING or ERROR (chart: `logLevel`)"),
+    EnvSetting("LIVENESS_ENDPOINT", Kind.TEXT, "", "kopf's liveness probe endpoint (the chart sets "
+               "`http://0.0.0.0:8081/healthz`)"),
+    EnvSetting("API_TIMEOUT_SECONDS", Kind.NUMBER, "30", "each Kubernetes API call", 0.1, 3600,
+               attr="api_timeout_s"),
+    EnvSetting("WATCH_TIMEOUT_SECONDS", Kind.INT, "300", "server-side watch timeout (kopf's watches and the pod "
+               "cache's re-watch after it)", 1, 86400, attr="watch_timeout_s"),
+    EnvSetting("MAX_GUARDS_PER_NAMESPACE", Kind.INT, "50", "a namespace's MemoryGuards beyond this many (its "
+               "newest) are refused with `TooManyGuards` in their status (chart value `guardsPerNamespace`)",
+               1, 10000, attr="max_guards_per_namespace"),
+    EnvSetting("SHARDS", Kind.INT, "0", "`--shards N`: split the guards into N shards held on Leases, shared by "
+               "every replica started so (the chart: `shards`, 8); 0 acts on every guard alone"),
+    EnvSetting("POD_METRICS", Kind.FLAG, "false", "a `memoryguard_pod_*` series per guarded pod besides the "
+               "per-group ones (the chart: `metrics.perPod`)", attr="per_pod_metrics"),
+    EnvSetting("LEASE_NAMESPACE", Kind.TEXT, "", "where the shards' Leases are (the chart: the release's "
+               "namespace, from the downward API)", shown="`POD_NAMESPACE`, else default"),
+    EnvSetting("LEASE_NAME", Kind.TEXT, "memoryguard-operator", "the shards' Leases' base name (the chart: the "
+               "release's name, so two releases in one namespace each have their own)"),
+    EnvSetting("PEERING", Kind.TEXT, "memoryguard", "kopf's peering object, when run with neither `--standalone` "
+               "nor `--shards` (the chart uses the Leases)"),
+    EnvSetting("PRIORITY", Kind.INT, "100", "kopf's peering priority (with the peering object above)"),
+    EnvSetting("TIME_SCALE", Kind.NUMBER, "1", "tests and the demo only: the operator's clock runs this much "
+               "faster", 0.001, 1e6, attr="time_scale"),
+    EnvSetting("EPOCH", Kind.NUMBER, "", "tests and the demo only: the operator's clock starts at this unix time",
+               0, 1e11, shown="now", attr="epoch"),
+)
+_BY_NAME = {s.name: s for s in ENV}
 
 
 class ConfigError(ValueError):
@@ -40,51 +96,79 @@ class ConfigError(ValueError):
 FLAG_VALUES = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
-def from_env(env: Mapping[str, str] | None = None) -> OperatorConfig:
+def env(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """The variable ``MEMORYGUARD_<name>`` as written, or the table's default."""
+    e = os.environ if environ is None else environ
+    return e.get(C.ENV_PREFIX + name, _BY_NAME[name].default)
+
+
+def parse(s: EnvSetting, raw: str) -> Any:
+    """``raw`` read as ``s`` says (None where unset and without a default);
+    a ConfigError naming the variable and what it takes."""
+    where = f"{C.ENV_PREFIX}{s.name}={raw[:40]!r}"
+    if s.kind is Kind.TEXT:
+        return raw
+    if s.kind is Kind.LIST:
+        return tuple(x.strip() for x in raw.split(",") if x.strip())
+    if s.kind is Kind.FLAG:
+        flag = raw.strip().lower()
+        if flag not in FLAG_VALUES:
+            raise ConfigError(f"{C.ENV_PREFIX}{s.name}={flag[:40]!r}: must be true or false (or 1/0, yes/no)")
+        return FLAG_VALUES[flag]
+    if raw == "":
+        return None
+    try:
+        value = int(raw) if s.kind is Kind.INT else float(raw)
+    except ValueError:
+        raise ConfigError(f"{where}: not a {'whole number' if s.kind is Kind.INT else 'number'}") from None
+    if not s.low <= value <= s.high:
+        raise ConfigError(f"{where}: must be within [{s.low:g}, {s.high:g}]")
+    return value
+
+
+def _default(name: str) -> Any:
+    s = _BY_NAME[name]
+    return parse(s, s.default)
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorConfig:
+    metrics_host: str = _default("METRICS_HOST")
+    metrics_port: int = _default("METRICS_PORT")  # 0: no metrics server
+    api_timeout_s: float = _default("API_TIMEOUT_SECONDS")
+    watch_timeout_s: int = _default("WATCH_TIMEOUT_SECONDS")  # server-side watch timeout; kopf re-watches
+    drain: bool = _default("DRAIN")  # drain Ray nodes through the GCS before evicting
+    drain_rpc_timeout_s: float = _default("DRAIN_RPC_TIMEOUT_SECONDS")  # then evict anyway
+    time_scale: float = _default("TIME_SCALE")  # demo and tests only: the operator clock runs this much faster
+    epoch: float | None = _default("EPOCH")  # ... from this unix time
+    sidecar_image: str = _default("SIDECAR_IMAGE")  # injected when a guard names no image
+    # What guards may put into pods (trust.py): allowed sidecar image
+    # repositories (default: sidecar_image's), jemalloc libraries, and the
+    # sidecar port the chart's NetworkPolicy covers (None: no policy).
+    trust: tr.Trust = dataclasses.field(default_factory=tr.Trust)
+    max_guards_per_namespace: int = _default("MAX_GUARDS_PER_NAMESPACE")  # newer ones are refused (guardroster.py)
+    per_pod_metrics: bool = _default("POD_METRICS")  # a series per pod besides the per-group ones (metrics.py)
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> OperatorConfig:
     """Read and check every variable at once, at start: a bad one is a
     ConfigError naming it (the process exits saying so, and a pod
     crash-loops visibly instead of retrying forever)."""
-    e = os.environ if env is None else env
+    read = {s.attr: parse(s, env(s.name, environ)) for s in ENV if s.attr}
+    trust = tr.Trust(sidecar_images=read.pop("trust.sidecar_images") or (tr.repository(read["sidecar_image"]),),
+                     jemalloc_paths=read.pop("trust.jemalloc_paths") or tr.DEFAULT_JEMALLOC_PATHS,
+                     policy_port=read.pop("trust.policy_port"))
+    return OperatorConfig(trust=trust, **read)
 
-    def get(name: str, default: str) -> str:
-        return e.get(C.ENV_PREFIX + name, default)
 
-    def number(name: str, default: str, kind: type, lo: float, hi: float) -> Any:
-        raw = get(name, default)
-        try:
-            value = kind(raw)
-        except ValueError:
-            what = "whole number" if kind is int else "number"
-            raise ConfigError(f"MEMORYGUARD_{name}={raw[:40]!r}: not a {what}") from None
-        if not lo <= value <= hi:
-            raise ConfigError(f"MEMORYGUARD_{name}={raw[:40]!r}: must be within [{lo:g}, {hi:g}]")
-        return value
+def docs_table() -> str:
+    """docs/operations.md's table of the variables."""
+    rows = ["| Variable | Default | Meaning |", "|---|---|---|"]
+    rows += [f"| `{C.ENV_PREFIX}{s.name}` | {s.shown or s.default or 'unset'} | {s.meaning} |" for s in ENV]
+    return "\n".join(rows) + "\n"
 
-    def flag(name: str, default: str) -> bool:
-        raw = get(name, default).strip().lower()
-        if raw not in FLAG_VALUES:
-            raise ConfigError(f"MEMORYGUARD_{name}={raw[:40]!r}: must be true or false (or 1/0, yes/no)")
-        return FLAG_VALUES[raw]
 
-    epoch = get("EPOCH", "")
-    image = get("SIDECAR_IMAGE", DEFAULT_SIDECAR_IMAGE)
-    images = tuple(x.strip() for x in get("SIDECAR_IMAGE_ALLOWLIST", "").split(",") if x.strip())
-    paths = tuple(x.strip() for x in get("JEMALLOC_PATHS", "").split(",") if x.strip())
-    policy_port = get("POLICY_SIDECAR_PORT", "")
-    trust = tr.Trust(sidecar_images=images or (tr.repository(image),),
-                     jemalloc_paths=paths or tr.DEFAULT_JEMALLOC_PATHS,
-                     policy_port=number("POLICY_SIDECAR_PORT", policy_port, int, 1, 65535) if policy_port else None)
-    return OperatorConfig(
-        metrics_host=get("METRICS_HOST", "0.0.0.0"),
-        metrics_port=number("METRICS_PORT", "8080", int, 0, 65535),
-        api_timeout_s=number("API_TIMEOUT_SECONDS", "30", float, 0.1, 3600),
-        watch_timeout_s=number("WATCH_TIMEOUT_SECONDS", "300", int, 1, 86400),
-        drain=flag("DRAIN", "true"),
-        drain_rpc_timeout_s=number("DRAIN_RPC_TIMEOUT_SECONDS", "15", float, 0.1, 3600),
-        time_scale=number("TIME_SCALE", "1", float, 0.001, 1e6),
-        epoch=number("EPOCH", epoch, float, 0, 1e11) if epoch else None,
-        sidecar_image=image,
-        trust=trust,
-        max_guards_per_namespace=number("MAX_GUARDS_PER_NAMESPACE", "50", int, 1, 10000),
-        per_pod_metrics=flag("POD_METRICS", "false"),
-    )
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(docs_table())

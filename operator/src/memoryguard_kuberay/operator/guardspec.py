@@ -80,14 +80,14 @@ class Sampling:
 
 @dataclasses.dataclass(frozen=True)
 class Jemalloc:
-    mode: Mode = _spec("remediation.jemalloc.mode", Mode)
+    mode: Mode = _spec("remediation.jemalloc.mode", Mode)  # noqa: RUF009 (a field; Mode is immutable)
     library_path: str = _spec("remediation.jemalloc.libraryPath")
     malloc_conf: str = _spec("remediation.jemalloc.mallocConf")
 
 
 @dataclasses.dataclass(frozen=True)
 class Spilling:
-    mode: Mode = _spec("remediation.spilling.mode", Mode)
+    mode: Mode = _spec("remediation.spilling.mode", Mode)  # noqa: RUF009 (a field; Mode is immutable)
     threshold_percent: int = _spec("remediation.spilling.thresholdPercent")
     min_spilling_size_bytes: int = _spec("remediation.spilling.minSpillingSizeBytes")
     directories: tuple[str, ...] = _spec("remediation.spilling.directories", _tuple)
@@ -116,7 +116,8 @@ class Forensics:
     enabled: bool = _spec("forensics.enabled")
     timeout_s: float = _spec("forensics.timeoutSeconds", float)
     keep: int = _spec("forensics.keep", int)
-    call_sites: Mode = _spec("remediation.callSites.mode", Mode)  # remediation: RAY_record_ref_creation_sites=1
+    # remediation: RAY_record_ref_creation_sites=1
+    call_sites: Mode = _spec("remediation.callSites.mode", Mode)  # noqa: RUF009 (a field; Mode is immutable)
 
 
 @dataclasses.dataclass(frozen=True)

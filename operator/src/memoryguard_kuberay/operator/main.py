@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from memoryguard_kuberay.core import helptext
+from memoryguard_kuberay.operator.config import env
 from memoryguard_kuberay.operator.shards import MAX_SHARDS, ShardConfig
 
 
@@ -28,21 +29,21 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--namespace", "-n", action="append", default=[],
                    help="watch this namespace (repeatable); default: all namespaces")
     p.add_argument("--standalone", action="store_true", help="no peering (a single operator, tests, the demo)")
-    p.add_argument("--peering", default=os.environ.get("MEMORYGUARD_PEERING", "memoryguard"),
+    # Each flag's default is its MEMORYGUARD_* variable (config.ENV).
+    p.add_argument("--peering", default=env("PEERING"),
                    help="kopf's peering object, without --standalone or --shards (default memoryguard)")
-    p.add_argument("--priority", type=int, default=int(os.environ.get("MEMORYGUARD_PRIORITY", "100")),
+    p.add_argument("--priority", type=int, default=env("PRIORITY"),
                    help="kopf's peering priority (default 100)")
-    p.add_argument("--log-level", default=os.environ.get("MEMORYGUARD_LOG_LEVEL", "INFO"), type=helptext.log_level,
+    p.add_argument("--log-level", default=env("LOG_LEVEL"), type=helptext.log_level,
                    help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     # A string default: argparse converts it as it converts the flag, so a bad
-    # MEMORYGUARD_SHARDS is the same one-line usage error, never a traceback.
-    p.add_argument("--shards", type=_shard_count, default=os.environ.get("MEMORYGUARD_SHARDS", "0"),
+    # SHARDS variable is the same one-line usage error, never a traceback.
+    p.add_argument("--shards", type=_shard_count, default=env("SHARDS"),
                    help="split the guards into this many shards held on Leases, shared by every replica "
                         "started so (0: act on every guard alone; default 0)")
-    p.add_argument("--lease-namespace", default=os.environ.get("MEMORYGUARD_LEASE_NAMESPACE")
-                   or os.environ.get("POD_NAMESPACE") or "default",
+    p.add_argument("--lease-namespace", default=env("LEASE_NAMESPACE") or os.environ.get("POD_NAMESPACE") or "default",
                    help="where the shards' Leases are (default: the pod's namespace, else default)")
-    p.add_argument("--lease-name", default=os.environ.get("MEMORYGUARD_LEASE_NAME", "memoryguard-operator"),
+    p.add_argument("--lease-name", default=env("LEASE_NAME"),
                    help="the Leases' base name (default memoryguard-operator; the chart: the release's name)")
     a = p.parse_args(list(argv))
     logging.basicConfig(level=a.log_level.upper(), stream=sys.stderr,
@@ -76,8 +77,8 @@ def main(argv: Sequence[str]) -> int:
         asyncio.run(kopf.operator(
             memo=kopf.Memo(cfg=cfg, credentials=credentials, identity=identity, sharding=sharding),
             standalone=standalone, peering_name=None if standalone else a.peering, priority=a.priority,
-            namespaces=namespaces, clusterwide=not namespaces, liveness_endpoint=os.environ.get(
-                "MEMORYGUARD_LIVENESS_ENDPOINT") or None))
+            namespaces=namespaces, clusterwide=not namespaces,
+            liveness_endpoint=env("LIVENESS_ENDPOINT") or None))
         return 0
     except KeyboardInterrupt:
         return 130
@@ -99,6 +100,7 @@ def _raise_descriptor_limit() -> None:
 
 
 def _can_listen(host: str, port: int) -> None:
+    from memoryguard_kuberay.core.constants import ENV_PREFIX
     from memoryguard_kuberay.operator.config import ConfigError
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -107,7 +109,7 @@ def _can_listen(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as e:
-            raise ConfigError(f"MEMORYGUARD_METRICS_PORT={port}: cannot listen on {host}:{port} ({e.strerror}); "
+            raise ConfigError(f"{ENV_PREFIX}METRICS_PORT={port}: cannot listen on {host}:{port} ({e.strerror}); "
                               "choose another port, or 0 for no metrics") from None
 
 
