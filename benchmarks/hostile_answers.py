@@ -21,7 +21,7 @@ import resource
 import time
 from collections.abc import Callable
 
-from memoryguard_kuberay.operator import sidecar_client
+from memoryguard_kuberay.operator.sidecars import sidecar_client
 
 CAP = sidecar_client.MAX_BODY
 NOW = time.time()

@@ -45,7 +45,7 @@ from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.world import free_port, load_crds, write_kubeconfig
-from memoryguard_kuberay.operator import sidecar_client
+from memoryguard_kuberay.operator.sidecars import sidecar_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from operator_scale import proc_cpu_rss, worker_pod  # the same KubeRay-sized pods

@@ -50,7 +50,7 @@ from memoryguard_kuberay.devkit.emulator import loopback
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.world import free_port, load_crds, write_kubeconfig
-from memoryguard_kuberay.operator import shardplan
+from memoryguard_kuberay.operator.sharding import shardplan
 
 PORT = 19208
 GIB = 1024**3

@@ -56,7 +56,8 @@ from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import write_trace
 from memoryguard_kuberay.devkit import processes
 from memoryguard_kuberay.devkit.emulator.world import free_port
-from memoryguard_kuberay.operator import forensics, forensics_cli
+from memoryguard_kuberay.operator.forensics import cli as forensics_cli
+from memoryguard_kuberay.operator.forensics import collect as forensics
 
 GIB = 1024**3
 MIB = 1024**2

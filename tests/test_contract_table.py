@@ -208,8 +208,8 @@ def json_patch_test_of_a_stale_resource_version(b: Backend) -> Any:
 
 
 def remediation_then_revert_gives_back_the_template(b: Backend) -> Any:
-    from memoryguard_kuberay.operator import patches
     from memoryguard_kuberay.operator.guardspec import Jemalloc
+    from memoryguard_kuberay.operator.rayclusters import patches
 
     rc = _raycluster(b, "undo")
     before = copy.deepcopy(rc["spec"]["workerGroupSpecs"][0]["template"])
@@ -228,7 +228,7 @@ LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
 def leases_as_the_shard_keeper_uses_them(b: Backend) -> Any:
     """shards.py: Leases created with a label, listed by it, renewed by a PUT
     of what was read (a stale one refused), deleted when a replica is gone."""
-    from memoryguard_kuberay.operator.leader import micro_time
+    from memoryguard_kuberay.operator.sharding.leader import micro_time
 
     for n in ("set-a-shard-0", "set-a-replica-x", "set-b-shard-0"):
         b.client.call("DELETE", f"{LEASES}/{n}")

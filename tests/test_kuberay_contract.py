@@ -28,8 +28,8 @@ from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.kuberay import KubeRayStandIn
 from memoryguard_kuberay.devkit.emulator.patching import json_patch
 from memoryguard_kuberay.devkit.emulator.world import load_crds
-from memoryguard_kuberay.operator import injection, kuberayrules, patches
 from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection
+from memoryguard_kuberay.operator.rayclusters import injection, kuberayrules, patches
 
 from .devworld import kuberay_file, served_in_a_thread
 from .procs import wait_until

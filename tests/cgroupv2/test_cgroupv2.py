@@ -37,8 +37,9 @@ import pytest
 from memoryguard_kuberay.core.commands import load_guard_settings
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.simulate import replay
-from memoryguard_kuberay.operator import injection, sidecar_client
 from memoryguard_kuberay.operator.guardspec import SidecarInjection
+from memoryguard_kuberay.operator.rayclusters import injection
+from memoryguard_kuberay.operator.sidecars import sidecar_client
 
 from ..devworld import ROOT
 from . import kit

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from memoryguard_kuberay.devkit.emulator.schema import to_json_schema
-from memoryguard_kuberay.operator import apiuse, config
+from memoryguard_kuberay.operator import config
+from memoryguard_kuberay.operator.api import apiuse
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,7 +260,7 @@ def test_replicas_share_the_shards_and_the_pods_are_summed_up_per_group_by_defau
     assert {e["name"]: e.get("value") for e in one["spec"]["template"]["spec"]["containers"][0]["env"]}[
         "MEMORYGUARD_POD_METRICS"] == "false"
     # The operator reads the flag as the chart writes it: the main's parser takes it.
-    from memoryguard_kuberay.operator.main import _shard_count
+    from memoryguard_kuberay.operator.cli.main import _shard_count
 
     assert _shard_count(next(a for a in container["args"] if a.startswith("--shards=")).split("=", 1)[1]) == 16
 

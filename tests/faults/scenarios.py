@@ -26,7 +26,7 @@ from memoryguard_kuberay.devkit.emulator.api import ApiError
 from memoryguard_kuberay.devkit.emulator.referee import PHASE, Referee
 from memoryguard_kuberay.devkit.emulator.sidecar_faults import Mode
 from memoryguard_kuberay.devkit.emulator.world import World
-from memoryguard_kuberay.operator import shardplan
+from memoryguard_kuberay.operator.sharding import shardplan
 
 from ..devworld import world
 from ..operator.conftest import HEALTHY, by_worker_index, guard, leaking_pods, no_disruption, start_cluster

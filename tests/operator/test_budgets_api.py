@@ -9,9 +9,10 @@ from typing import Any
 
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
-from memoryguard_kuberay.operator import budgets, clusters
+from memoryguard_kuberay.operator.api.kube import Credentials, Kube
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
-from memoryguard_kuberay.operator.kube import Credentials, Kube
+from memoryguard_kuberay.operator.rayclusters import clusters
+from memoryguard_kuberay.operator.rotations import budgets
 
 GUARD = {"apiVersion": "memoryguard.io/v1alpha1", "kind": "MemoryGuard",
          "metadata": {"name": "g", "namespace": "ns", "uid": "u-g"}}

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from memoryguard_kuberay.operator import cadence
+from memoryguard_kuberay.operator.cycle import cadence
 
 INTERVAL = 15.0
 
@@ -54,7 +54,7 @@ def test_guards_started_together_spread_over_the_interval_and_no_pod_waits_two_i
 def test_a_guards_place_is_the_same_in_every_process() -> None:
     """A takeover keeps the guard's place: the replicas compute the same
     phase, whatever each process's string hash seed."""
-    code = "from memoryguard_kuberay.operator import cadence; print(cadence.phase_of('team-a', 'serve'))"
+    code = "from memoryguard_kuberay.operator.cycle import cadence; print(cadence.phase_of('team-a', 'serve'))"
     seen = {subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "3")}
     assert seen == {f"{cadence.phase_of('team-a', 'serve')}\n"}

@@ -15,14 +15,15 @@ import pytest
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.samples import Sample
-from memoryguard_kuberay.operator import guarding, guardstate, sidecar_client, steps
-from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.api import podinfo as pi
+from memoryguard_kuberay.operator.api.kube import ApiError
 from memoryguard_kuberay.operator.clock import Clock
+from memoryguard_kuberay.operator.cycle import guarding, guardstate, steps
+from memoryguard_kuberay.operator.cycle.guardroster import GuardRoster
 from memoryguard_kuberay.operator.decided import Decided
-from memoryguard_kuberay.operator.guardroster import GuardRoster
-from memoryguard_kuberay.operator.kube import ApiError
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
-from memoryguard_kuberay.operator.sidecar_client import Poll, PollFailure
+from memoryguard_kuberay.operator.sidecars import sidecar_client
+from memoryguard_kuberay.operator.sidecars.sidecar_client import Poll, PollFailure
 
 GIB = 1024**3
 NS, GUARD = "team-a", "g"

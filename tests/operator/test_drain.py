@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from memoryguard_kuberay.operator.drain import RayGcsDrainer
+from memoryguard_kuberay.operator.rotations.drain import RayGcsDrainer
 
 from ..procs import free_port, wait_until
 from ..rayfixture import ray_head, ray_worker_node

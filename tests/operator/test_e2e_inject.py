@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryguard_kuberay.operator import patches
-from memoryguard_kuberay.operator.injection import SIDECAR_NAME
+from memoryguard_kuberay.operator.rayclusters import patches
+from memoryguard_kuberay.operator.rayclusters.injection import SIDECAR_NAME
 
 from ..devworld import world
 from .conftest import by_worker_index, guard, raycluster

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from memoryguard_kuberay.operator.injection import SIDECAR_NAME
+from memoryguard_kuberay.operator.rayclusters.injection import SIDECAR_NAME
 
 from ..devworld import world
 from .conftest import by_worker_index, guard, leaking_pods, no_disruption, start_cluster

@@ -14,7 +14,7 @@ import pytest
 from memoryguard_kuberay.core.commands import examples_dir
 from memoryguard_kuberay.core.traces import read_labels
 from memoryguard_kuberay.devkit.emulator.patching import json_patch
-from memoryguard_kuberay.operator import injection
+from memoryguard_kuberay.operator.rayclusters import injection
 
 from ..devworld import world
 from .conftest import by_worker_index, guard, leaking_pods, no_disruption, start_cluster

@@ -18,8 +18,9 @@ from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
-from memoryguard_kuberay.operator import forensics, rayprobe
-from memoryguard_kuberay.operator.kube import Credentials, Kube
+from memoryguard_kuberay.operator.api.kube import Credentials, Kube
+from memoryguard_kuberay.operator.forensics import collect as forensics
+from memoryguard_kuberay.operator.forensics import rayprobe
 
 DECISION = Decision(Action.ROTATE, Reason.PROJECTED_OOM, "in use 60 GiB of 64 GiB: growing +4 GiB/h",
                     Evidence(slope_bytes_per_h=4 * 2**30, projected_oom_s=3600.0))

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memoryguard_kuberay.operator import forensics_cli, forensics_diff
+from memoryguard_kuberay.operator.forensics import cli as forensics_cli
+from memoryguard_kuberay.operator.forensics import diff as forensics_diff
 
 MIB = 1024**2
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from memoryguard_kuberay.operator import guardroster
+from memoryguard_kuberay.operator.cycle import guardroster
 
 
 def _g(name: str, created: str, *, deleting: bool = False) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def test_the_guards_are_listed_in_pages() -> None:
     client-go's pager reads a LIST, never in one answer of them all."""
     import asyncio
 
-    from memoryguard_kuberay.operator.kube import LIST_PAGE, Credentials, Kube
+    from memoryguard_kuberay.operator.api.kube import LIST_PAGE, Credentials, Kube
 
     asked: list[dict[str, str]] = []
     total = 2 * LIST_PAGE + 7

@@ -18,12 +18,13 @@ import pytest
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Action, Reason, RotationHistory, decide
 from memoryguard_kuberay.core.settings import PolicySettings
-from memoryguard_kuberay.operator import clusters, injection, kuberayrules, patches, remediation, rotation
-from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.api import podinfo as pi
+from memoryguard_kuberay.operator.api.kube import EvictionAnswer
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import SidecarInjection, read_guard_spec
-from memoryguard_kuberay.operator.kube import EvictionAnswer
-from memoryguard_kuberay.operator.ledger import InFlight, Phase
+from memoryguard_kuberay.operator.rayclusters import clusters, injection, kuberayrules, patches, remediation
+from memoryguard_kuberay.operator.rotations import rotation
+from memoryguard_kuberay.operator.rotations.ledger import InFlight, Phase
 
 from ..core.helpers import series, window_of
 from .test_cycle_steps import RC, FakeKube, _guard

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from memoryguard_kuberay.operator.ledger import InFlight, Ledger, Outcome, OutcomeKind, Phase
+from memoryguard_kuberay.operator.rotations.ledger import InFlight, Ledger, Outcome, OutcomeKind, Phase
 
 NOW = 1_800_000_000.0
 

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import PodWindow
 from memoryguard_kuberay.core.settings import PolicySettings
-from memoryguard_kuberay.operator import ledger, podinfo, sidecar_client
+from memoryguard_kuberay.operator.api import podinfo
+from memoryguard_kuberay.operator.rotations import ledger
+from memoryguard_kuberay.operator.sidecars import sidecar_client
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
                            lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
@@ -205,7 +207,7 @@ def test_rotation_marks_of_any_content_adopt_within_budget(marks: list[dict[str,
 
 
 def test_desired_replicas_counts_hosts_and_the_head() -> None:
-    from memoryguard_kuberay.operator.groups import desired_replicas
+    from memoryguard_kuberay.operator.rotations.groups import desired_replicas
 
     rc = {"metadata": {"name": "rc"}, "spec": {"workerGroupSpecs": [
         {"groupName": "cpu", "replicas": 3}, {"groupName": "tpu", "replicas": 2, "numOfHosts": 4},
@@ -216,7 +218,7 @@ def test_desired_replicas_counts_hosts_and_the_head() -> None:
 @settings(max_examples=200)
 @given(json_values)
 def test_desired_replicas_of_any_spec(spec: object) -> None:
-    from memoryguard_kuberay.operator.groups import desired_replicas
+    from memoryguard_kuberay.operator.rotations.groups import desired_replicas
 
     out = desired_replicas({"metadata": {"name": "rc"}, "spec": spec if isinstance(spec, dict) else {
         "workerGroupSpecs": spec}})
@@ -224,7 +226,7 @@ def test_desired_replicas_of_any_spec(spec: object) -> None:
 
 
 def test_group_short_counts_missing_and_unready_pods_and_rotations_started_this_cycle() -> None:
-    from memoryguard_kuberay.operator.groups import Groups
+    from memoryguard_kuberay.operator.rotations.groups import Groups
 
     book = ledger.Ledger()
     # KubeRay keeps 4; one is missing and one is not ready: 2 available.
@@ -263,7 +265,7 @@ def test_the_budget_follows_the_time_since_a_pod_was_last_fed() -> None:
 async def test_a_pod_that_brings_a_full_page_at_every_poll_is_refused_unread_until_time_allows() -> None:
     # Issue 24: 100 pods answering a full page with `more: true` at every
     # poll, each poll within the caps, stalled the operator's loop 5.5 s.
-    from memoryguard_kuberay.operator import judging
+    from memoryguard_kuberay.operator.cycle import judging
     from memoryguard_kuberay.operator.metrics import OperatorMetrics
 
     # Always newer than asked for: without a budget each page would be taken whole.
@@ -298,7 +300,7 @@ async def test_a_guards_polls_under_way_are_bounded_by_its_workers_not_its_pods(
     # 40 pods, room for 100 polls in the slots, 3 workers: never more than 3
     # asks in flight at the sidecars, and every pod polled and judged once.
     from memoryguard_kuberay.core.policy import RotationHistory
-    from memoryguard_kuberay.operator import judging
+    from memoryguard_kuberay.operator.cycle import judging
     from memoryguard_kuberay.operator.metrics import OperatorMetrics
 
     open_now, most, asked = 0, 0, 0

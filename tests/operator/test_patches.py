@@ -14,8 +14,8 @@ import yaml
 
 from memoryguard_kuberay.devkit.emulator.patching import json_patch
 from memoryguard_kuberay.devkit.emulator.schema import to_json_schema
-from memoryguard_kuberay.operator import injection, patches
 from memoryguard_kuberay.operator.guardspec import Jemalloc, SidecarInjection, Spilling
+from memoryguard_kuberay.operator.rayclusters import injection, patches
 
 KUBERAY = Path(__file__).resolve().parents[3] / "shared" / "kuberay"
 SAMPLES = ["ray-cluster.sample.yaml", "ray-cluster.complete.yaml", "ray-cluster.autoscaler.yaml"]
@@ -177,7 +177,7 @@ def test_the_pods_remediation_env_is_read_by_the_names_the_remediations_set() ->
     """podinfo reads a pod's remediation env by name (the review tells the
     remediated template by it): every variable a remediation sets is read,
     and no other name (a hostile pod's are not kept: issue 44, 1)."""
-    from memoryguard_kuberay.operator import podinfo
+    from memoryguard_kuberay.operator.api import podinfo
 
     names = {*patches.jemalloc_env(Jemalloc(), None), *patches.spilling_env(Spilling()), *patches.CALL_SITES_ENV}
     assert names == podinfo.REMEDY_ENV_NAMES, names

@@ -16,10 +16,10 @@ from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.wire import ApiError as EmulatedError
-from memoryguard_kuberay.operator import kube as kube_module
-from memoryguard_kuberay.operator import podcache
-from memoryguard_kuberay.operator import podinfo as pi
-from memoryguard_kuberay.operator.kube import ApiError, Credentials, Kube
+from memoryguard_kuberay.operator.api import kube as kube_module
+from memoryguard_kuberay.operator.api import podcache
+from memoryguard_kuberay.operator.api import podinfo as pi
+from memoryguard_kuberay.operator.api.kube import ApiError, Credentials, Kube
 
 
 def _pod(name: str, cluster: str = "rc", **annotations: str) -> dict[str, Any]:
@@ -187,7 +187,7 @@ def test_what_a_pod_carries_is_kept_within_a_bound_whatever_it_sends() -> None:
     env by exact name."""
     import sys
 
-    from memoryguard_kuberay.operator import podinfo as pi
+    from memoryguard_kuberay.operator.api import podinfo as pi
 
     def hostile(n: int) -> dict[str, Any]:
         return {"metadata": {"name": f"p{n}", "uid": f"u{n}", "namespace": "t", "labels": {

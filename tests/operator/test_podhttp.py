@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from memoryguard_kuberay.operator import podhttp
+from memoryguard_kuberay.operator.sidecars import podhttp
 
 IP = "127.0.0.61"
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -176,7 +176,7 @@ async def test_polls_through_the_sidecar_client_share_the_operator_s_pool() -> N
     pool). Found in issue 25's bench: ``pool or Pool(max_idle=0)`` replaced
     the shared pool while it was empty (a Pool with no idle connection is
     falsy), so it stayed empty and every poll opened a connection."""
-    from memoryguard_kuberay.operator import sidecar_client
+    from memoryguard_kuberay.operator.sidecars import sidecar_client
 
     server, port = await _sidecar_server("127.0.0.69")
     pool = podhttp.Pool(max_idle=10)

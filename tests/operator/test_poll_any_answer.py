@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from memoryguard_kuberay.core.policy import PodWindow, RotationHistory, decide
 from memoryguard_kuberay.core.settings import PolicySettings
-from memoryguard_kuberay.operator import sidecar_client
-from memoryguard_kuberay.operator.sidecar_client import PollFailure
+from memoryguard_kuberay.operator.sidecars import sidecar_client
+from memoryguard_kuberay.operator.sidecars.sidecar_client import PollFailure
 
 IP = "127.0.0.71"
 NOW = 1_800_000_000.0

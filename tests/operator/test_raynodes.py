@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from memoryguard_kuberay.operator import raynodes
+from memoryguard_kuberay.operator.rotations import raynodes
 
 
 def node(ip: str, name: str = "", host: str = "vm", state: int = 0) -> SimpleNamespace:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from memoryguard_kuberay.operator.remembered import MAX_ITEMS, Remembered
+from memoryguard_kuberay.operator.rotations.remembered import MAX_ITEMS, Remembered
 
 
 def test_round_trip() -> None:

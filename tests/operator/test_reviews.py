@@ -14,10 +14,12 @@ import pytest
 
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.devkit.emulator.patching import json_patch
-from memoryguard_kuberay.operator import guarding, patches, reviews, sidecar_client
-from memoryguard_kuberay.operator import podinfo as pi
+from memoryguard_kuberay.operator.api import podinfo as pi
+from memoryguard_kuberay.operator.cycle import guarding
 from memoryguard_kuberay.operator.guardspec import Jemalloc
-from memoryguard_kuberay.operator.sidecar_client import Poll
+from memoryguard_kuberay.operator.rayclusters import patches, reviews
+from memoryguard_kuberay.operator.sidecars import sidecar_client
+from memoryguard_kuberay.operator.sidecars.sidecar_client import Poll
 from tests.operator.test_cycle_steps import NS, RC, SPEC, FakeKube, FakePods, FixedClock, _context, _guard, _pod
 
 GIB = 1024**3
@@ -135,7 +137,7 @@ def test_a_review_round_trips_through_the_status() -> None:
 
 def test_a_revert_the_api_refuses_for_now_is_tried_again_without_an_event_each_time(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from memoryguard_kuberay.operator.kube import api_error
+    from memoryguard_kuberay.operator.api.kube import api_error
 
     class Refusing(FakeKube):
         refusals = 2

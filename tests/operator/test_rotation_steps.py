@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.operator import podinfo as pi
-from memoryguard_kuberay.operator import rotation
-from memoryguard_kuberay.operator.drain import DrainResult
-from memoryguard_kuberay.operator.kube import EvictionAnswer, ServerError
-from memoryguard_kuberay.operator.ledger import InFlight, OutcomeKind, Phase
+from memoryguard_kuberay.operator.api import podinfo as pi
+from memoryguard_kuberay.operator.api.kube import EvictionAnswer, ServerError
+from memoryguard_kuberay.operator.rotations import rotation
+from memoryguard_kuberay.operator.rotations.drain import DrainResult
+from memoryguard_kuberay.operator.rotations.ledger import InFlight, OutcomeKind, Phase
 
 NOW = 10_000.0
 

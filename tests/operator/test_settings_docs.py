@@ -15,7 +15,7 @@ SRC = ROOT / "operator" / "src" / "memoryguard_kuberay" / "operator"
 def test_operations_doc_lists_every_operator_variable() -> None:
     # What the process reads is config.ENV: neither config.py nor main.py
     # names a variable outside it (they read by the table's names).
-    for module in ("config.py", "main.py"):
+    for module in ("config.py", "cli/main.py"):
         assert not re.findall(r"MEMORYGUARD_[A-Z_]+", (SRC / module).read_text()), module
     names = {"MEMORYGUARD_" + s.name for s in config.ENV}
     assert {"MEMORYGUARD_DRAIN_RPC_TIMEOUT_SECONDS", "MEMORYGUARD_LOG_LEVEL"} <= names  # the reading works

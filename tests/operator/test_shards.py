@@ -13,10 +13,10 @@ import pytest
 
 from memoryguard_kuberay.devkit.emulator.api import ApiError, EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
-from memoryguard_kuberay.operator import shardplan
-from memoryguard_kuberay.operator.kube import Credentials, Kube
-from memoryguard_kuberay.operator.leader import LeaderElector, LeaseConfig
-from memoryguard_kuberay.operator.shards import ANN_PODS, PLACING_FOR_LEASES, ShardConfig, ShardKeeper
+from memoryguard_kuberay.operator.api.kube import Credentials, Kube
+from memoryguard_kuberay.operator.sharding import shardplan
+from memoryguard_kuberay.operator.sharding.leader import LeaderElector, LeaseConfig
+from memoryguard_kuberay.operator.sharding.shards import ANN_PODS, PLACING_FOR_LEASES, ShardConfig, ShardKeeper
 
 S = 8
 # Ticks (3 s of its clock apart) a replica takes to have joined: it takes no

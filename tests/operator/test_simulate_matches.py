@@ -13,13 +13,14 @@ from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Action, PodWindow
 from memoryguard_kuberay.core.simulate import replay
 from memoryguard_kuberay.core.traces import read_trace
-from memoryguard_kuberay.operator import acting, podinfo
-from memoryguard_kuberay.operator.clusters import Selected
-from memoryguard_kuberay.operator.groups import Groups
+from memoryguard_kuberay.operator.api import podinfo
+from memoryguard_kuberay.operator.cycle import acting
+from memoryguard_kuberay.operator.cycle.guardstate import Cycle, Guard, Memory, OperatorContext
+from memoryguard_kuberay.operator.cycle.judging import PodState, judge
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
-from memoryguard_kuberay.operator.guardstate import Cycle, Guard, Memory, OperatorContext
-from memoryguard_kuberay.operator.judging import PodState, judge
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
+from memoryguard_kuberay.operator.rayclusters.clusters import Selected
+from memoryguard_kuberay.operator.rotations.groups import Groups
 
 from ..devworld import EXAMPLES
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
-from memoryguard_kuberay.operator import status as st
+from memoryguard_kuberay.operator.cycle import status as st
 
 OK = Decision(Action.NONE, Reason.HEALTHY, "working set 20 GiB of 64 GiB (31%)", Evidence())
 
@@ -94,7 +94,7 @@ def test_merge_patch(old: Any, new: Any, patch: Any) -> None:
     (None, "SidecarUnreachable"), ("BadAnswer", "BadAnswer"), ("WrongPod", "WrongPod"),
     ("SamplesStale", "SamplesStale"), ("SidecarUnreachable", "SidecarUnreachable")])
 def test_why_a_poll_failed_is_the_pods_verdict(failure: str | None, verdict: str) -> None:
-    from memoryguard_kuberay.operator.sidecar_client import PollFailure
+    from memoryguard_kuberay.operator.sidecars.sidecar_client import PollFailure
 
     none = Decision(Action.NONE, Reason.NO_SAMPLES, "no samples yet", Evidence())
     view = st.PodView("w1", "g", none, "some words", failure=PollFailure(failure) if failure else None)

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.operator import guarding, sidecar_client
-from memoryguard_kuberay.operator import podinfo as pi
-from memoryguard_kuberay.operator.ledger import Ledger
-from memoryguard_kuberay.operator.sidecar_client import Poll
+from memoryguard_kuberay.operator.api import podinfo as pi
+from memoryguard_kuberay.operator.cycle import guarding
+from memoryguard_kuberay.operator.rotations.ledger import Ledger
+from memoryguard_kuberay.operator.sidecars import sidecar_client
+from memoryguard_kuberay.operator.sidecars.sidecar_client import Poll
 
 from .test_cycle_steps import GUARD, NS, RC, SPEC, FakeKube, FakePods, FixedClock, _context, _guard, _pod
 
@@ -42,7 +43,7 @@ def _forged(pods: list[dict[str, Any]], phase: str = "evicting") -> dict[str, An
 class NoEvictions(FakeKube):
     async def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> Any:
         self.log.append(("evict", name))
-        from memoryguard_kuberay.operator.kube import EvictionAnswer
+        from memoryguard_kuberay.operator.api.kube import EvictionAnswer
 
         return EvictionAnswer.EVICTED, "evicted"
 
@@ -94,8 +95,8 @@ def test_a_revert_refuses_a_forged_record_of_what_was_there() -> None:
     import copy
     import json
 
-    from memoryguard_kuberay.operator import patches
     from memoryguard_kuberay.operator.guardspec import Jemalloc
+    from memoryguard_kuberay.operator.rayclusters import patches
 
     rc = copy.deepcopy(RC)
     rc["metadata"]["resourceVersion"] = "3"

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from memoryguard_kuberay.operator import topview
+from memoryguard_kuberay.operator.cli import topview
 
 GIB = 1024**3
 

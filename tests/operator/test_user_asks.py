@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.operator import guarding, sidecar_client
-from memoryguard_kuberay.operator import podinfo as pi
-from memoryguard_kuberay.operator.sidecar_client import Poll
+from memoryguard_kuberay.operator.api import podinfo as pi
+from memoryguard_kuberay.operator.cycle import guarding
+from memoryguard_kuberay.operator.sidecars import sidecar_client
+from memoryguard_kuberay.operator.sidecars.sidecar_client import Poll
 
 from .test_cycle_steps import GUARD, NS, RC, SPEC, FakeKube, FakePods, FixedClock, _context, _guard, _pod
 
@@ -88,7 +89,7 @@ def test_ready_says_whether_the_guard_guards_what_its_spec_names(spec: dict[str,
     class Kube(FakeKube):
         async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
             if name != "rc":
-                from memoryguard_kuberay.operator.kube import NotFound
+                from memoryguard_kuberay.operator.api.kube import NotFound
 
                 raise NotFound(404, "NotFound", f"rayclusters {name} not found")
             return self.rc

@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 
-from memoryguard_kuberay.operator import injection, patches, shardplan
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
-from memoryguard_kuberay.operator.shards import ANN_PODS
+from memoryguard_kuberay.operator.rayclusters import injection, patches
+from memoryguard_kuberay.operator.sharding import shardplan
+from memoryguard_kuberay.operator.sharding.shards import ANN_PODS
 
 from ..devworld import KUBERAY, ROOT
 from ..operator.conftest import HEALTHY, LEAK, guard, raycluster

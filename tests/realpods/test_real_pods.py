@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from memoryguard_kuberay.operator import injection
+from memoryguard_kuberay.operator.rayclusters import injection
 
 from ..devworld import KUBERAY, ROOT
 from ..procs import free_port, http_get, stop

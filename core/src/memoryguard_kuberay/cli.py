@@ -126,18 +126,18 @@ def _passthrough(command: str, rest: list[str]) -> int:
         if command == "demo":
             return _demo(rest)
         if command == "uninstall":
-            from memoryguard_kuberay.operator import uninstall
+            from memoryguard_kuberay.operator.cli import uninstall
 
             return uninstall.main(rest)
         if command == "forensics":
-            from memoryguard_kuberay.operator import forensics_cli
+            from memoryguard_kuberay.operator.forensics import cli as forensics_cli
 
             return forensics_cli.main(rest)
         if command == "top":
-            from memoryguard_kuberay.operator import top
+            from memoryguard_kuberay.operator.cli import top
 
             return top.main(rest)
-        from memoryguard_kuberay.operator import main as operator_main
+        from memoryguard_kuberay.operator.cli import main as operator_main
 
         return operator_main.main(rest)
     except KeyboardInterrupt:

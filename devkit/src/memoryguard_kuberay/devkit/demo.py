@@ -29,7 +29,10 @@ from memoryguard_kuberay.core import commands, heatmap, helptext
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.plot import LIMIT_LABEL, mark, save_grid
 from memoryguard_kuberay.core.traces import read_labels, read_trace
-from memoryguard_kuberay.operator import forensics, forensics_cli, patches, topview
+from memoryguard_kuberay.operator.cli import topview
+from memoryguard_kuberay.operator.forensics import cli as forensics_cli
+from memoryguard_kuberay.operator.forensics import collect as forensics
+from memoryguard_kuberay.operator.rayclusters import patches
 
 from .emulator.world import SIDECAR_PORT, World, world
 

@@ -10,15 +10,17 @@ from typing import Any
 import kopf
 
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.operator import config, finalizer, guarding, guardstate, kuberayrules
+from memoryguard_kuberay.operator import config
+from memoryguard_kuberay.operator.api.kube import Kube, load_credentials
+from memoryguard_kuberay.operator.api.podcache import PodCaches
 from memoryguard_kuberay.operator.clock import Clock
-from memoryguard_kuberay.operator.drain import NoDrainer, RayGcsDrainer
-from memoryguard_kuberay.operator.eventqueue import EventPoster
-from memoryguard_kuberay.operator.guardroster import GuardRoster
-from memoryguard_kuberay.operator.kube import Kube, load_credentials
+from memoryguard_kuberay.operator.cycle import guarding, guardstate
+from memoryguard_kuberay.operator.cycle.eventqueue import EventPoster
+from memoryguard_kuberay.operator.cycle.guardroster import GuardRoster
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
-from memoryguard_kuberay.operator.podcache import PodCaches
-from memoryguard_kuberay.operator.shards import AllShards, ShardConfig, ShardKeeper
+from memoryguard_kuberay.operator.rayclusters import finalizer, kuberayrules
+from memoryguard_kuberay.operator.rotations.drain import NoDrainer, RayGcsDrainer
+from memoryguard_kuberay.operator.sharding.shards import AllShards, ShardConfig, ShardKeeper
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 # On a guard's deletion kopf sets the daemon's ``stopped``; the reconciler sees it

@@ -1,0 +1,209 @@
+"""What ``memoryguard-kuberay top`` and the demo show: every guarded pod,
+nearest harm first, from the MemoryGuards' own status (what the operator
+wrote: working set, limit, trend, projected OOM, verdict), and each guard's
+latest actions. Purely computational: guard documents in, rich renderables
+out; reading them from a cluster is top.py's part."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from memoryguard_kuberay.core.policy import Action, Reason
+from memoryguard_kuberay.core.policy.decide import RULES
+from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration
+from memoryguard_kuberay.operator.cycle import status
+from memoryguard_kuberay.operator.sidecars.sidecar_client import PollFailure
+
+# Verdicts as the status names them (status._verdict), coloured by what they
+# call for: read from the enums the status writes them from, never retyped.
+DANGER = frozenset({r.value for r in status.AT_RISK} | {r.reason.value for r in RULES if r.action is Action.ROTATE}
+                   | {Reason.USER_REQUESTED.value})
+BLIND = frozenset({f.value for f in PollFailure} | {status.NO_MEMORY_SOURCE})
+ACTIONS_SHOWN = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class PodLine:
+    namespace: str
+    guard: str
+    group: str
+    pod: str
+    working_set: int | None
+    limit: int | None
+    slope_per_h: float | None
+    eta_s: float | None
+    verdict: str
+    decision: str
+    error: str = ""  # why its sidecar brought no samples (status.pods.<pod>.sidecarError)
+
+    @property
+    def used(self) -> float | None:
+        return self.working_set / self.limit if self.working_set is not None and self.limit else None
+
+
+def _map(v: Any) -> Mapping[str, Any]:
+    """A status is what its writer made it (a tenant may write anything the
+    schema lets through): what is not a map reads as an empty one."""
+    return v if isinstance(v, Mapping) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def pod_lines(guards: Iterable[Mapping[str, Any]]) -> list[PodLine]:
+    """Every pod the guards list, nearest projected OOM first; pods without a
+    projection after them, the fullest first."""
+    out = []
+    for g in guards:
+        meta, status = _map(g.get("metadata")), _map(g.get("status"))
+        listed = _map(status.get("pods"))
+        for name, p in listed.items():
+            if not isinstance(p, Mapping):
+                continue
+            ws, lim = _number(p.get("workingSetBytes")), _number(p.get("limitBytes"))
+            out.append(PodLine(str(meta.get("namespace", "")), str(meta.get("name", "")), str(p.get("group", "")),
+                               str(name), None if ws is None else int(ws), None if lim is None else int(lim),
+                               _number(p.get("slopeBytesPerHour")), _number(p.get("projectedOOMSeconds")),
+                               str(p.get("verdict", "?")), str(p.get("lastDecision", "")),
+                               str(p.get("sidecarError") or "")))
+        # A pod being rotated stays in view after it is deleted, until its
+        # rotation ends (issue 42, 6: it left the table the moment it went).
+        for r in _list(_map(status.get("rotations")).get("inFlight")):
+            if isinstance(r, Mapping) and str(r.get("pod", "")) not in listed:
+                out.append(PodLine(str(meta.get("namespace", "")), str(meta.get("name", "")), str(r.get("group", "")),
+                                   str(r.get("pod", "")), None, None, None, None,
+                                   f"Rotating ({r.get('phase', '?')})", str(r.get("reason", ""))))
+    return sorted(out, key=lambda p: (p.eta_s is None, p.eta_s or 0.0, -(p.used or 0.0), p.namespace, p.pod))
+
+
+def group_risk(guards: Iterable[Mapping[str, Any]]) -> dict[str, float | None]:
+    """One heat-map column: per worker group ("namespace/guard group"), the
+    nearest projected OOM of its pods (None: none of them is growing)."""
+    out: dict[str, float | None] = {}
+    for p in pod_lines(guards):
+        row = f"{p.namespace}/{p.guard} {p.group}"
+        if p.eta_s is not None:
+            known = out.get(row)
+            out[row] = p.eta_s if known is None else min(known, p.eta_s)
+        else:
+            out.setdefault(row, None)
+    return out
+
+
+def actions(guards: Iterable[Mapping[str, Any]]) -> list[tuple[float, str]]:
+    """(when, what) of each guard's rotations, in flight and ended, newest
+    first; ``when`` on the operator's clock (epoch seconds)."""
+    out = []
+    for g in guards:
+        meta, rot = _map(g.get("metadata")), _map(_map(g.get("status")).get("rotations"))
+        where = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        for r in _list(rot.get("inFlight")):
+            if isinstance(r, Mapping):
+                out.append((_number(r.get("requestedAt")) or 0.0,
+                            f"{where}: rotating {r.get('pod')} ({r.get('reason')}; {r.get('phase')})"))
+        for r in _list(rot.get("recent")):
+            if isinstance(r, Mapping):
+                out.append((_number(r.get("finishedAt")) or 0.0,
+                            f"{where}: {r.get('outcome') or 'rotated'} {r.get('pod')} ({r.get('reason')})"))
+    return sorted(out, key=lambda a: a[0], reverse=True)[:ACTIONS_SHOWN]
+
+
+def when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t else "?"
+
+
+def _verdict(v: str) -> Text:
+    style = "bold red" if v in DANGER else "yellow" if v in BLIND or v == "WarmingUp" else "green"
+    return Text(v, style=style)
+
+
+# The table's columns, in the order shown; those after the first four give
+# way, last first, when the screen is too narrow for all (issue 42, 6: at
+# 100 and 120 columns pod names were cut; a cut name cannot be pasted into
+# kubectl). POD, WORKING SET, OOM IN and VERDICT are always shown.
+COLUMNS = ("NAMESPACE/GUARD", "GROUP", "POD", "WORKING SET", "TREND", "OOM IN", "VERDICT", "WHY NO SAMPLES")
+ALWAYS = frozenset({"POD", "WORKING SET", "OOM IN", "VERDICT"})
+GIVE_WAY = ("WHY NO SAMPLES", "TREND", "GROUP", "NAMESPACE/GUARD")  # first dropped first
+RIGHT = frozenset({"WORKING SET", "TREND", "OOM IN"})
+WHY_MAX = 60  # characters of a poll's error shown (the whole of it is in the status)
+
+
+def _cells(p: PodLine, *, compact: bool = False) -> dict[str, str | Text]:
+    """A row's cells; ``compact``: the working set without its limit (the
+    share of it says the same), where the screen is narrow."""
+    used = f" {p.used:4.0%}" if p.used is not None else ""
+    ws = "-" if p.working_set is None else (f"{fmt_bytes(p.working_set)}{used}" if compact else
+                                            f"{fmt_bytes(p.working_set)} / {fmt_bytes(p.limit)}{used}")
+    trend = "-" if p.slope_per_h is None else f"{'+' if p.slope_per_h >= 0 else '-'}" \
+                                              f"{fmt_bytes(abs(p.slope_per_h))}/h"
+    eta = "-" if p.eta_s is None else fmt_duration(p.eta_s)
+    return {"NAMESPACE/GUARD": f"{p.namespace}/{p.guard}", "GROUP": p.group, "POD": p.pod, "WORKING SET": ws,
+            "TREND": trend, "OOM IN": Text(eta, style="bold red" if p.eta_s is not None and p.eta_s < 3600 else ""),
+            "VERDICT": _verdict(p.verdict), "WHY NO SAMPLES": p.error[:WHY_MAX]}
+
+
+class PodTable:
+    """The pods' table, laid out for the width it is drawn at: every column
+    as wide as its widest cell, none cut; where they do not all fit, the
+    least needed are left out (and said)."""
+
+    def __init__(self, lines: Sequence[PodLine], title: str) -> None:
+        self.lines, self.title = list(lines), title
+
+    @staticmethod
+    def _fits(widths: Mapping[str, int], shown: Sequence[str], room: int) -> bool:
+        return sum(widths[k] + 3 for k in shown) + 1 <= room  # each column: its cells, padding and a border
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        rows = [_cells(p) for p in self.lines]
+        widths = {c: max([len(c), *(len(str(r[c])) for r in rows)]) for c in COLUMNS}
+        shown = [c for c in COLUMNS if c != "WHY NO SAMPLES" or any(r[c] for r in rows)]
+        dropped = []
+        for c in GIVE_WAY:
+            if self._fits(widths, shown, options.max_width):
+                break
+            if c in shown:
+                shown.remove(c)
+                dropped.append(c)
+        if not self._fits(widths, shown, options.max_width):
+            rows = [_cells(p, compact=True) for p in self.lines]
+            widths = {c: max([len(c), *(len(str(r[c])) for r in rows)]) for c in COLUMNS}
+        table = Table(title=self.title, title_justify="left", expand=False, header_style="bold")
+        for c in shown:
+            table.add_column(c, justify="right" if c in RIGHT else "left", no_wrap=True, min_width=widths[c])
+        for r in rows:
+            table.add_row(*(r[c] for c in shown))
+        yield table
+        if dropped:
+            yield Text(f"(left out at this width: {', '.join(reversed(dropped))}; a wider screen shows them)",
+                       style="dim")
+
+
+def screen(guards: Sequence[Mapping[str, Any]], *, title: str, note: str = "", limit: int = 40) -> RenderableType:
+    """The whole view: one table of pods (at most ``limit``), then actions."""
+    lines = pod_lines(guards)
+    table = PodTable(lines[:limit], title)
+    parts: list[RenderableType] = [table]
+    if len(lines) > limit:
+        parts.append(Text(f"... and {len(lines) - limit} more pod(s), further from harm", style="dim"))
+    if not lines:
+        parts.append(Text("no guarded pods (no MemoryGuard here, or none has written its status yet)", style="dim"))
+    done = actions(guards)
+    parts.append(Text("\nlast actions:" if done else "\nlast actions: none yet", style="bold"))
+    parts += [Text(f"  {when(t)}  {what}") for t, what in done]
+    if note:
+        parts.append(Text(note, style="dim"))
+    return Group(*parts)

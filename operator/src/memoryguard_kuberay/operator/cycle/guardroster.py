@@ -1,0 +1,70 @@
+"""Every namespace's MemoryGuards, as all of that namespace's guards see
+them: listed at most once per ``ttl_s`` and shared (issue 24: each of 1,001
+guards listed every guard every cycle, and the operator stopped answering
+every tenant), and a bound on how many one namespace may have.
+
+The guards a namespace may have are its oldest ``limit`` (by creation, then
+name: the order ``clusters.older`` uses); a newer one is refused, and its
+status says why. Called by the guard's cycle and its finalizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memoryguard_kuberay.operator.api.kube import Kube
+
+DEFAULT_LIMIT = 50
+TTL_S = 5.0  # wall seconds: about one cycle of the fastest guard
+
+
+def _age_key(guard: Mapping[str, Any]) -> tuple[str, str]:
+    meta = guard.get("metadata") or {}
+    return str(meta.get("creationTimestamp", "")), str(meta.get("name", ""))
+
+
+def refusal(guards: Sequence[Mapping[str, Any]], me: Mapping[str, Any], limit: int) -> str | None:
+    """Why ``me`` may not act (it is not among its namespace's ``limit``
+    oldest live guards), or None. Purely computational."""
+    live = sorted((g for g in guards if not (g.get("metadata") or {}).get("deletionTimestamp")), key=_age_key)
+    uid = (me.get("metadata") or {}).get("uid")
+    rank = next((i for i, g in enumerate(live) if (g.get("metadata") or {}).get("uid") == uid), None)
+    if rank is None or rank < limit:
+        return None
+    return (f"this namespace has {len(live)} MemoryGuards and the operator serves at most {limit} per namespace "
+            f"(the chart's guardsPerNamespace): this one is number {rank + 1} by age and does nothing; "
+            "delete others, or ask the installer to raise the limit")
+
+
+class GuardRoster:
+    """Long-lived; holds only the last list of each namespace and its time."""
+
+    def __init__(self, kube: Kube, *, limit: int = DEFAULT_LIMIT, ttl_s: float = TTL_S) -> None:
+        self.kube, self.limit, self.ttl_s = kube, limit, ttl_s
+        self._lists: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def guards(self, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's guards, listed at most once per ``ttl_s`` however
+        many of them ask (one LIST in flight at a time)."""
+        lock = self._locks.setdefault(namespace, asyncio.Lock())
+        async with lock:
+            held = self._lists.get(namespace)
+            if held is not None and time.monotonic() - held[0] < self.ttl_s:
+                return held[1]
+            listed = await self.kube.list_guards(namespace)
+            now = time.monotonic()
+            self._lists[namespace] = (now, listed)
+            # Lists past their time are not kept (a deleted namespace's last
+            # list held its padded guards for ever: issue 44, 5).
+            for ns in [ns for ns, (at, _) in self._lists.items() if now - at >= self.ttl_s]:
+                del self._lists[ns]
+                if not self._locks[ns].locked():
+                    del self._locks[ns]
+            return listed
+
+    def forget(self, namespace: str) -> None:
+        self._lists.pop(namespace, None)
