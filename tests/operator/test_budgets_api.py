@@ -9,7 +9,8 @@ from typing import Any
 
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
-from memoryguard_kuberay.operator.api.kube import Credentials, Kube
+from memoryguard_kuberay.operator.api.credentials import Credentials
+from memoryguard_kuberay.operator.api.kube import Kube
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
 from memoryguard_kuberay.operator.rayclusters import clusters
 from memoryguard_kuberay.operator.rotations import budgets

@@ -16,7 +16,7 @@ import pytest
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.operator.api import podinfo as pi
-from memoryguard_kuberay.operator.api.kube import ApiError
+from memoryguard_kuberay.operator.api.errors import ApiError
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.cycle import guarding, guardstate, steps
 from memoryguard_kuberay.operator.cycle.guardroster import GuardRoster

@@ -21,7 +21,8 @@ from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.devkit.emulator.api import EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.world import write_kubeconfig
-from memoryguard_kuberay.operator.api.kube import Credentials, Kube
+from memoryguard_kuberay.operator.api.credentials import Credentials
+from memoryguard_kuberay.operator.api.kube import Kube
 from memoryguard_kuberay.operator.forensics import collect as forensics
 
 from ..procs import get_json, sidecar_process, wait_until

@@ -59,7 +59,8 @@ def test_the_guards_are_listed_in_pages() -> None:
     client-go's pager reads a LIST, never in one answer of them all."""
     import asyncio
 
-    from memoryguard_kuberay.operator.api.kube import LIST_PAGE, Credentials, Kube
+    from memoryguard_kuberay.operator.api.credentials import Credentials
+    from memoryguard_kuberay.operator.api.kube import LIST_PAGE, Kube
 
     asked: list[dict[str, str]] = []
     total = 2 * LIST_PAGE + 7

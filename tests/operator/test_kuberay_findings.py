@@ -19,7 +19,7 @@ from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Action, Reason, RotationHistory, decide
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.operator.api import podinfo as pi
-from memoryguard_kuberay.operator.api.kube import EvictionAnswer
+from memoryguard_kuberay.operator.api.errors import EvictionAnswer
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import SidecarInjection, read_guard_spec
 from memoryguard_kuberay.operator.rayclusters import clusters, injection, kuberayrules, patches, remediation

@@ -19,7 +19,9 @@ from memoryguard_kuberay.devkit.emulator.wire import ApiError as EmulatedError
 from memoryguard_kuberay.operator.api import kube as kube_module
 from memoryguard_kuberay.operator.api import podcache
 from memoryguard_kuberay.operator.api import podinfo as pi
-from memoryguard_kuberay.operator.api.kube import ApiError, Credentials, Kube
+from memoryguard_kuberay.operator.api.credentials import Credentials
+from memoryguard_kuberay.operator.api.errors import ApiError
+from memoryguard_kuberay.operator.api.kube import Kube
 
 
 def _pod(name: str, cluster: str = "rc", **annotations: str) -> dict[str, Any]:

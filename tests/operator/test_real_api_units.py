@@ -11,7 +11,7 @@ import pytest
 from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
 from memoryguard_kuberay.devkit.emulator import disruption, schema
 from memoryguard_kuberay.operator import crd
-from memoryguard_kuberay.operator.api import kube
+from memoryguard_kuberay.operator.api import errors
 from memoryguard_kuberay.operator.cycle import status as st
 from memoryguard_kuberay.operator.rotations import budgets
 
@@ -107,10 +107,10 @@ def test_the_crd_refuses_zero_where_a_fraction_is_the_minimum(section: str, fiel
 
 
 @pytest.mark.parametrize("status, kind", [
-    (404, kube.NotFound), (409, kube.Conflict), (410, kube.Gone), (429, kube.TooManyRequests),
-    (500, kube.ServerError), (503, kube.ServerError), (0, kube.ServerError),  # no answer at all
-    (422, kube.ApiError), (403, kube.ApiError),
+    (404, errors.NotFound), (409, errors.Conflict), (410, errors.Gone), (429, errors.TooManyRequests),
+    (500, errors.ServerError), (503, errors.ServerError), (0, errors.ServerError),  # no answer at all
+    (422, errors.ApiError), (403, errors.ApiError),
 ])
 def test_api_errors_are_typed_by_what_callers_do_with_them(status: int, kind: type) -> None:
-    e = kube.api_error(status, "Reason", "words")
-    assert type(e) is kind and isinstance(e, kube.ApiError) and e.status == status
+    e = errors.api_error(status, "Reason", "words")
+    assert type(e) is kind and isinstance(e, errors.ApiError) and e.status == status

@@ -137,7 +137,7 @@ def test_a_review_round_trips_through_the_status() -> None:
 
 def test_a_revert_the_api_refuses_for_now_is_tried_again_without_an_event_each_time(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from memoryguard_kuberay.operator.api.kube import api_error
+    from memoryguard_kuberay.operator.api.errors import api_error
 
     class Refusing(FakeKube):
         refusals = 2

@@ -12,7 +12,7 @@ import pytest
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator.api import podinfo as pi
-from memoryguard_kuberay.operator.api.kube import EvictionAnswer, ServerError
+from memoryguard_kuberay.operator.api.errors import EvictionAnswer, ServerError
 from memoryguard_kuberay.operator.rotations import rotation
 from memoryguard_kuberay.operator.rotations.drain import DrainResult
 from memoryguard_kuberay.operator.rotations.ledger import InFlight, OutcomeKind, Phase

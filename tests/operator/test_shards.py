@@ -13,7 +13,8 @@ import pytest
 
 from memoryguard_kuberay.devkit.emulator.api import ApiError, EmulatedApi
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
-from memoryguard_kuberay.operator.api.kube import Credentials, Kube
+from memoryguard_kuberay.operator.api.credentials import Credentials
+from memoryguard_kuberay.operator.api.kube import Kube
 from memoryguard_kuberay.operator.sharding import shardplan
 from memoryguard_kuberay.operator.sharding.leader import LeaderElector, LeaseConfig
 from memoryguard_kuberay.operator.sharding.shards import ANN_PODS, PLACING_FOR_LEASES, ShardConfig, ShardKeeper

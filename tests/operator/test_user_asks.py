@@ -89,7 +89,7 @@ def test_ready_says_whether_the_guard_guards_what_its_spec_names(spec: dict[str,
     class Kube(FakeKube):
         async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
             if name != "rc":
-                from memoryguard_kuberay.operator.api.kube import NotFound
+                from memoryguard_kuberay.operator.api.errors import NotFound
 
                 raise NotFound(404, "NotFound", f"rayclusters {name} not found")
             return self.rc

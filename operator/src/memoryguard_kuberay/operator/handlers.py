@@ -11,7 +11,8 @@ import kopf
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import config
-from memoryguard_kuberay.operator.api.kube import Kube, load_credentials
+from memoryguard_kuberay.operator.api.credentials import load_credentials
+from memoryguard_kuberay.operator.api.kube import Kube
 from memoryguard_kuberay.operator.api.podcache import PodCaches
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.cycle import guarding, guardstate

@@ -62,32 +62,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import pickle
-import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import aiohttp.web
 import attrs
 import kmock
 
-from . import disruption, evictions, schema, watching
+from . import evictions, schema, watching
 from .patching import PatchError, json_patch, merge_patch
 from .selectors import field_matcher, label_matcher
-from .wire import BUILTIN_KINDS, ApiError, Kind, now_iso, status_doc
-
-HISTORY = 20000
-_T = TypeVar("_T")
-
-
-def jcopy(o: _T) -> _T:
-    """A deep copy of a stored object, by pickle (in C). copy.deepcopy's
-    walk in Python was most of the emulator's time: 2 ms to store a
-    KubeRay-sized pod and 1.6 ms per pod listed, so a list of 40,000 pods held
-    its event loop for a minute (issue 25's bench)."""
-    return cast(_T, pickle.loads(pickle.dumps(o, pickle.HIGHEST_PROTOCOL)))
-
+from .store import HISTORY, ObjectStore, Observer, jcopy
+from .wire import BUILTIN_KINDS, ApiError, Kind, status_doc
 
 MAX_CONTINUES = 256  # paged lists mid-way at once (an emulator bound: the real server keeps etcd revisions)
 CONFIGMAP_MAX_BYTES = 1024 * 1024  # k8s core.MaxSecretSize, which ValidateConfigMap also applies
@@ -96,14 +83,8 @@ CONFIGMAP_MAX_BYTES = 1024 * 1024  # k8s core.MaxSecretSize, which ValidateConfi
 # A fault looks at a request and answers an error (raised to the client), a
 # delay in seconds (the request is then served), or None (no fault).
 Fault = Callable[[kmock.Request], "ApiError | float | None"]
-# An observer sees (plural, event type, object) for every change; event
-# type "EVICTING" comes before an evicted pod is deleted.
-Observer = Callable[[str, str, dict[str, Any]], None]
-_DROP: tuple[int, str, dict[str, Any], dict[str, Any] | None] = (-1, "DROP", {}, None)
-
-
 @attrs.define(kw_only=True)
-class EmulatedApi(kmock.KubernetesScaffold):
+class EmulatedApi(ObjectStore, kmock.KubernetesScaffold):  # type: ignore[misc]  # get/put: the store's
     kinds: dict[tuple[str, str, str], Kind] = attrs.field(factory=dict)
     store: dict[tuple[str, str, str, str], dict[str, Any]] = attrs.field(factory=dict)  # (group, plural, ns, name)
     rv: int = 1000
@@ -158,158 +139,6 @@ class EmulatedApi(kmock.KubernetesScaffold):
                                            f"{crd['metadata']['name']!r} is invalid: {'; '.join(costly)}")
         self.add_kind(k)
         return k
-
-    def kind_of(self, plural: str) -> Kind:
-        return next(k for k in self.kinds.values() if k.plural == plural)
-
-    # -- direct access for test code and the KubeRay stand-in --------------------
-    def objects(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        return [jcopy(o) for (g, p, ns, _), o in sorted(self.store.items())
-                if p == plural and (namespace is None or ns == namespace)]
-
-    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:  # type: ignore[override]
-        k = self.kind_of(plural)
-        o = self.store.get((k.group, plural, namespace if k.namespaced else "", name))
-        return jcopy(o) if o is not None else None
-
-    def put(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
-        """Create or replace an object directly (as a controller would)."""
-        k = self.kind_of(plural)
-        meta = obj.setdefault("metadata", {})
-        key = (k.group, plural, meta.get("namespace", "") if k.namespaced else "", meta["name"])
-        old = self.store.get(key)
-        return self._write(k, key, obj, old, "ADDED" if old is None else "MODIFIED")
-
-    def remove(self, plural: str, namespace: str, name: str) -> None:
-        """Delete now, whatever the grace period (as the kubelet does once a
-        pod's containers have stopped)."""
-        k = self.kind_of(plural)
-        key = (k.group, plural, namespace, name)
-        if key in self.store:
-            self._delete(k, key, graceful=False)
-
-    def delete_gracefully(self, plural: str, namespace: str, name: str) -> None:
-        """A plain delete, as a controller asks it: a bound pod is marked
-        (Terminating) and removed once the kubelet has stopped it."""
-        k = self.kind_of(plural)
-        key = (k.group, plural, namespace, name)
-        if key in self.store:
-            self._delete(k, key)
-
-    @staticmethod
-    def _admit(k: Kind, obj: dict[str, Any], pruned: list[str] | None, strict: bool) -> dict[str, Any]:
-        """Schema, pruning, defaults and CEL, as a real server runs them on
-        every write, a dry run's included."""
-        if k.schema is None:
-            return obj
-        try:
-            obj, dropped = schema.admit(obj, k.schema, kind=f"{k.kind}.{k.group}")
-        except schema.SchemaError as e:
-            raise ApiError(422, "Invalid", str(e)) from None
-        if dropped and strict:
-            raise ApiError(400, "BadRequest", f'strict decoding error: unknown field "{dropped[0]}"')
-        if pruned is not None:
-            pruned.extend(dropped)
-        return obj
-
-    def _write(self, k: Kind, key: tuple[str, str, str, str], obj: dict[str, Any], old: dict[str, Any] | None,
-               event: str, pruned: list[str] | None = None, strict: bool = False) -> dict[str, Any]:
-        obj = jcopy(self._admit(k, obj, pruned, strict))
-        meta = obj.setdefault("metadata", {})
-        obj["apiVersion"], obj["kind"] = k.api_version, k.kind
-        meta["name"] = key[3]
-        if k.namespaced:
-            meta["namespace"] = key[2]
-        if old is None:
-            meta["uid"] = str(uuid.uuid4())
-            meta["creationTimestamp"] = now_iso()
-            meta["generation"] = 1
-        else:
-            for f in ("uid", "creationTimestamp"):
-                meta[f] = old["metadata"][f]
-            gen = old["metadata"].get("generation", 1)
-            meta["generation"] = gen + 1 if obj.get("spec") != old.get("spec") else gen
-        self.rv += 1
-        meta["resourceVersion"] = str(self.rv)
-        self.store[key] = obj
-        if key[1] == "poddisruptionbudgets":
-            self.budget_keys.add(key)
-        self._emit(k.plural, event, obj, old)
-        if k.plural in ("pods", "poddisruptionbudgets"):
-            self._sync_disruption_budgets(key[2])
-        return jcopy(obj)
-
-    def _delete(self, k: Kind, key: tuple[str, str, str, str], *, graceful: bool = True) -> dict[str, Any]:
-        obj = self.store[key]
-        if k.plural == "pods" and graceful and (obj.get("spec") or {}).get("nodeName"):
-            # A bound pod is only marked: the kubelet stops its containers
-            # and then removes it (the kubelet stand-in in kuberay.py).
-            if obj["metadata"].get("deletionTimestamp"):
-                return jcopy(obj)
-            grace = (obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
-            obj = jcopy(obj)
-            obj["metadata"]["deletionTimestamp"] = now_iso(float(grace))
-            obj["metadata"]["deletionGracePeriodSeconds"] = grace
-            return self._write(k, key, obj, self.store[key], "MODIFIED")
-        if obj["metadata"].get("finalizers"):
-            if not obj["metadata"].get("deletionTimestamp"):
-                obj = jcopy(obj)
-                obj["metadata"]["deletionTimestamp"] = now_iso()
-                return self._write(k, key, obj, self.store[key], "MODIFIED")
-            return jcopy(obj)
-        del self.store[key]
-        self.budget_keys.discard(key)
-        self.rv += 1
-        obj = jcopy(obj)
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        self._emit(k.plural, "DELETED", obj, obj)
-        if k.plural in ("pods", "poddisruptionbudgets"):
-            self._sync_disruption_budgets(key[2])
-        return obj
-
-    def _sync_disruption_budgets(self, ns: str) -> None:
-        """The disruption controller stand-in: every PDB's status follows
-        the pods (written only when it changed, so this ends)."""
-        if self._syncing:
-            return
-        budgets = [(key, self.store[key]) for key in sorted(self.budget_keys) if key[2] == ns]
-        if not budgets:
-            return  # nothing to follow (and no pass over every pod on each write)
-        self._syncing = True
-        try:
-            pods = [o for (g, p, ons, _), o in self.store.items() if p == "pods" and ons == ns]
-            k = self.kind_of("poddisruptionbudgets")
-            for key, pdb in budgets:
-                status = disruption.budget_status(pdb, pods, time.time())
-                if status != pdb.get("status"):
-                    self._write(k, key, {**pdb, "status": status}, pdb, "MODIFIED")
-        finally:
-            self._syncing = False
-
-    def _emit(self, plural: str, event: str, obj: dict[str, Any], prev: dict[str, Any] | None) -> None:
-        snapshot = jcopy(obj)
-        before = snapshot if prev is obj else jcopy(prev) if prev is not None else None
-        self.history.append((self.rv, plural, event, snapshot, before))
-        for p, q in self.watchers:
-            if p == plural:
-                q.put_nowait((self.rv, event, snapshot, before))
-        for observe in self.observers:
-            observe(plural, event, snapshot)
-        self.changed.set()
-
-    # -- faults ---------------------------------------------------------------
-    def drop_watches(self) -> int:
-        """End every open watch stream now; returns how many."""
-        for _, q in self.watchers:
-            q.put_nowait(_DROP)
-        return len(self.watchers)
-
-    def expire_history(self) -> None:
-        """Forget the change history: resuming a watch from any earlier
-        resourceVersion now answers 410 Gone, and the client must re-list."""
-        self.history.clear()
-        self.oldest_rv = self.rv
-        self.continues.clear()  # a compaction also ends every paged list mid-way
 
     # -- HTTP -------------------------------------------------------------------
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
@@ -391,8 +220,8 @@ class EmulatedApi(kmock.KubernetesScaffold):
                                                        f"have at most {CONFIGMAP_MAX_BYTES} bytes")
                 if self._dry_run(request, body):
                     # Admitted as a real write would be (a real server's dry run refuses and defaults alike).
-                    return jcopy(self._admit(k, body, pruned, strict))
-                return self._write(k, key, body, None, "ADDED", pruned, strict)
+                    return jcopy(self.admit(k, body, pruned, strict))
+                return self.write_object(k, key, body, None, "ADDED", pruned, strict)
             raise ApiError(405, "MethodNotAllowed", f"{method} on a collection")
         key = (k.group, k.plural, ns, name)
         if sub == "eviction" and k.plural == "pods" and method == "POST":
@@ -404,7 +233,7 @@ class EmulatedApi(kmock.KubernetesScaffold):
             return jcopy(old)
         if method == "DELETE":
             self.deletes.append((k.plural, ns, name))
-            return self._delete(k, key)
+            return self.delete_object(k, key)
         if method in ("PATCH", "PUT"):
             body = request.data
             ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
@@ -431,10 +260,10 @@ class EmulatedApi(kmock.KubernetesScaffold):
             new.setdefault("metadata", {})["name"] = name
             if self._dry_run(request, None):
                 return dict(new)
-            result = self._write(k, key, new, old, "MODIFIED", pruned, strict)
+            result = self.write_object(k, key, new, old, "MODIFIED", pruned, strict)
             meta = result["metadata"]
             if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-                self._delete(k, key)
+                self.delete_object(k, key)
             return result
         raise ApiError(405, "MethodNotAllowed", method)
 

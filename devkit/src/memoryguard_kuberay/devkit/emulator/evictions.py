@@ -17,10 +17,10 @@ from .selectors import selector_from_spec
 from .wire import ApiError, now_iso, status_doc
 
 if TYPE_CHECKING:
-    from .api import EmulatedApi
+    from .store import ObjectStore
 
 
-def evict(api: EmulatedApi, ns: str, name: str, *, dry_run: bool = False) -> dict[str, Any]:
+def evict(api: ObjectStore, ns: str, name: str, *, dry_run: bool = False) -> dict[str, Any]:
     key = ("", "pods", ns, name)
     pod = api.store.get(key)
     if pod is None:
@@ -58,10 +58,10 @@ def evict(api: EmulatedApi, ns: str, name: str, *, dry_run: bool = False) -> dic
         disrupted = {**(pdb.get("status") or {}).get("disruptedPods", {}), name: now_iso()}
         new_status = {**(pdb.get("status") or {}), "disruptedPods": disrupted,
                       "disruptionsAllowed": int(status["disruptionsAllowed"]) - 1}
-        api._write(api.kind_of("poddisruptionbudgets"), pdb_key, {**pdb, "status": new_status}, pdb,
+        api.write_object(api.kind_of("poddisruptionbudgets"), pdb_key, {**pdb, "status": new_status}, pdb,
                     "MODIFIED")
     api.evictions.append((ns, name, time.time()))
     for observe in api.observers:
         observe("pods", "EVICTING", copy.deepcopy(pod))
-    api._delete(api.kind_of("pods"), key)
+    api.delete_object(api.kind_of("pods"), key)
     return status_doc(201, "", "evicted") | {"status": "Success"}

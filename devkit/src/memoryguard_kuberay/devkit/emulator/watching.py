@@ -25,11 +25,11 @@ from .selectors import field_matcher, label_matcher
 from .wire import status_doc
 
 if TYPE_CHECKING:
-    from .api import EmulatedApi
+    from .store import ObjectStore
     from .wire import Kind
 
 
-async def serve_watch(api: EmulatedApi, request: kmock.Request, k: Kind) -> aiohttp.web.StreamResponse:
+async def serve_watch(api: ObjectStore, request: kmock.Request, k: Kind) -> aiohttp.web.StreamResponse:
     raw = request._raw_request
     assert raw is not None
     ns = (request.namespace or "") if k.namespaced else ""

@@ -9,11 +9,8 @@ evicts (``POST .../eviction``, honouring PodDisruptionBudgets).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
-import enum
 import json as _json
-import os
 import ssl
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
@@ -22,6 +19,17 @@ from typing import Any
 import aiohttp
 
 from memoryguard_kuberay.core import constants as C
+from memoryguard_kuberay.operator.api.credentials import Credentials
+from memoryguard_kuberay.operator.api.errors import (
+    ApiError,
+    Conflict,
+    EvictionAnswer,
+    NotFound,
+    ServerError,
+    TooManyRequests,
+    _api_error,
+    api_error,
+)
 
 # An Event refused by a busy or failing API server (429, 5xx, no answer) is
 # tried again after each of these delays (seconds), then dropped: as
@@ -45,100 +53,6 @@ RAYCLUSTERS = (C.RAY_GROUP, C.RAY_VERSION, C.RAYCLUSTERS)
 MEMORYGUARDS = (C.GROUP, C.VERSION, C.PLURAL)
 PDBS = ("policy", "v1", "poddisruptionbudgets")
 LEASES = ("coordination.k8s.io", "v1", "leases")
-
-
-class ApiError(Exception):
-    """An answer of the API server other than success, or none at all
-    (status 0: unreachable, a broken watch). Made by ``api_error``, which
-    picks the subclass callers test for; ``status`` stays for logs."""
-
-    def __init__(self, status: int, reason: str, message: str, causes: Sequence[str] = ()) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status, self.reason, self.message = status, reason, message
-        self.causes = tuple(causes)  # the Status's details.causes messages (an eviction's 429 names the PDB)
-
-
-class NotFound(ApiError):
-    """404: the object (or its namespace) is not there."""
-
-
-class Conflict(ApiError):
-    """409: a stale resourceVersion, or the object already exists."""
-
-
-class Gone(ApiError):
-    """410: a watch or a continue token expired: list again."""
-
-
-class TooManyRequests(ApiError):
-    """429: throttled, or an eviction refused by a PodDisruptionBudget."""
-
-
-class ServerError(ApiError):
-    """5xx, or no answer (status 0): worth retrying."""
-
-
-class EvictionAnswer(str, enum.Enum):
-    EVICTED = "evicted"
-    GONE = "gone"  # the pod is no longer there
-    REFUSED = "refused"  # not now: retry later
-
-
-_BY_STATUS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 410: Gone, 429: TooManyRequests}
-
-
-def api_error(status: int, reason: str, message: str, causes: Sequence[str] = ()) -> ApiError:
-    cls = _BY_STATUS.get(status) or (ServerError if status == 0 or status >= 500 else ApiError)
-    return cls(status, reason, message, causes)
-
-
-async def _api_error(r: aiohttp.ClientResponse) -> ApiError:
-    """The API's Status answer (or whatever came) as an ApiError."""
-    try:
-        doc = await r.json(content_type=None)
-    except (aiohttp.ContentTypeError, ValueError):
-        doc = {}
-    doc = doc if isinstance(doc, dict) else {}
-    details = doc.get("details")
-    causes = details.get("causes") if isinstance(details, dict) else None
-    return api_error(r.status, str(doc.get("reason", r.reason)), str(doc.get("message", ""))[:1024],
-                    [str(c.get("message", ""))[:512] for c in (causes or [])[:4] if isinstance(c, dict)])
-
-
-@dataclasses.dataclass(frozen=True)
-class Credentials:
-    server: str
-    token: str | None = None
-    ca_path: str | None = None
-    cert_path: str | None = None
-    key_path: str | None = None
-    verify: bool = True
-
-
-class NoCredentials(RuntimeError):
-    """Neither in a pod nor a usable kubeconfig; the message says which file."""
-
-
-def load_credentials() -> Credentials:
-    """In-cluster service account, else $KUBECONFIG / ~/.kube/config, read
-    by the official client's loader (which knows every auth plugin)."""
-    from kubernetes import client, config
-
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        try:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
-        except (config.ConfigException, OSError, ValueError, TypeError) as exc:
-            where = os.environ.get("KUBECONFIG") or "~/.kube/config"
-            raise NoCredentials(f"no Kubernetes credentials: not in a pod, and {where}: "
-                                f"{str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}") from None
-    c = client.Configuration.get_default_copy()
-    token = (c.api_key or {}).get("authorization") or (c.api_key or {}).get("BearerToken")
-    if token and token.lower().startswith("bearer "):
-        token = token[7:]
-    return Credentials(server=c.host, token=token, ca_path=c.ssl_ca_cert, cert_path=c.cert_file,
-                       key_path=c.key_file, verify=bool(c.verify_ssl))
 
 
 def _path(gvr: tuple[str, str, str], namespace: str | None, name: str | None = None, sub: str | None = None) -> str:

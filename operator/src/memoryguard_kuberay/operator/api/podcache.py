@@ -36,7 +36,8 @@ from typing import Any
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator.api import podinfo as pi
-from memoryguard_kuberay.operator.api.kube import ApiError, Gone, Kube, api_error, pod_path
+from memoryguard_kuberay.operator.api.errors import ApiError, Gone, api_error
+from memoryguard_kuberay.operator.api.kube import Kube, pod_path
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 SELECTOR = f"{C.LABEL_IS_RAY_NODE}=yes"

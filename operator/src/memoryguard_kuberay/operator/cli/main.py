@@ -51,7 +51,7 @@ def main(argv: Sequence[str]) -> int:
     import kopf
 
     from memoryguard_kuberay.operator import config, handlers  # noqa: F401  (registers the handlers)
-    from memoryguard_kuberay.operator.api.kube import NoCredentials, load_credentials
+    from memoryguard_kuberay.operator.api.credentials import NoCredentials, load_credentials
 
     # One settings object for the process, read and checked before anything
     # starts: a bad variable or no credentials is one line and exit 2.

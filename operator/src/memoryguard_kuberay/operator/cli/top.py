@@ -21,7 +21,9 @@ from rich.console import Console
 from rich.live import Live
 
 from memoryguard_kuberay.core import commands, heatmap, helptext
-from memoryguard_kuberay.operator.api.kube import ApiError, Kube, NoCredentials, load_credentials
+from memoryguard_kuberay.operator.api.credentials import NoCredentials, load_credentials
+from memoryguard_kuberay.operator.api.errors import ApiError
+from memoryguard_kuberay.operator.api.kube import Kube
 from memoryguard_kuberay.operator.cli import topview
 
 

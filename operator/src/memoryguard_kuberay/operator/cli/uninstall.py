@@ -21,7 +21,9 @@ import time
 from collections.abc import Sequence
 
 from memoryguard_kuberay.core import helptext
-from memoryguard_kuberay.operator.api.kube import ApiError, Kube, NoCredentials, load_credentials
+from memoryguard_kuberay.operator.api.credentials import NoCredentials, load_credentials
+from memoryguard_kuberay.operator.api.errors import ApiError
+from memoryguard_kuberay.operator.api.kube import Kube
 
 log = logging.getLogger("memoryguard.uninstall")
 

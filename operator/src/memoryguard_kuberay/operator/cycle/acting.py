@@ -17,7 +17,7 @@ from typing import Any
 
 from memoryguard_kuberay.core.policy import Action, Decision, Reason, RotationHistory, efficacy
 from memoryguard_kuberay.operator.api import podinfo as pi
-from memoryguard_kuberay.operator.api.kube import ApiError
+from memoryguard_kuberay.operator.api.errors import ApiError
 from memoryguard_kuberay.operator.cycle.guardstate import Cycle, Guard
 from memoryguard_kuberay.operator.cycle.judging import PodState
 from memoryguard_kuberay.operator.decided import NOTHING, Decided, pod_ref, say

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from memoryguard_kuberay.operator.api.kube import ApiError
+from memoryguard_kuberay.operator.api.errors import ApiError
 from memoryguard_kuberay.operator.cycle import cadence, steps
 from memoryguard_kuberay.operator.cycle import status as st
 from memoryguard_kuberay.operator.cycle.guardstate import Guard, Memory, Run

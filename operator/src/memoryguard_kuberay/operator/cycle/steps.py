@@ -24,7 +24,7 @@ from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Action, efficacy, urgency
 from memoryguard_kuberay.core.policy.efficacy import Verdict
 from memoryguard_kuberay.operator.api import podinfo as pi
-from memoryguard_kuberay.operator.api.kube import ApiError
+from memoryguard_kuberay.operator.api.errors import ApiError
 from memoryguard_kuberay.operator.clock import iso
 from memoryguard_kuberay.operator.cycle import acting, guardroster, judging
 from memoryguard_kuberay.operator.cycle import status as st

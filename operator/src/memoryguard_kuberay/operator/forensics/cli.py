@@ -21,7 +21,9 @@ from typing import IO, Any
 
 from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.core.units import fmt_bytes
-from memoryguard_kuberay.operator.api.kube import ApiError, Kube, NoCredentials, load_credentials
+from memoryguard_kuberay.operator.api.credentials import NoCredentials, load_credentials
+from memoryguard_kuberay.operator.api.errors import ApiError
+from memoryguard_kuberay.operator.api.kube import Kube
 from memoryguard_kuberay.operator.forensics import collect as fx
 from memoryguard_kuberay.operator.forensics import diff as forensics_diff
 

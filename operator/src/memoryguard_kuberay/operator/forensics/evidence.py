@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from memoryguard_kuberay.core.policy import Decision
-from memoryguard_kuberay.operator.api.kube import ApiError, Kube
+from memoryguard_kuberay.operator.api.errors import ApiError
+from memoryguard_kuberay.operator.api.kube import Kube
 from memoryguard_kuberay.operator.decided import Say, pod_ref, say
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.forensics import collect as forensics

@@ -16,7 +16,7 @@ from typing import Any
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator.api import podinfo as pi
-from memoryguard_kuberay.operator.api.kube import ApiError
+from memoryguard_kuberay.operator.api.errors import ApiError
 from memoryguard_kuberay.operator.cycle.guardstate import OperatorContext
 from memoryguard_kuberay.operator.decided import say
 from memoryguard_kuberay.operator.events import EventReason

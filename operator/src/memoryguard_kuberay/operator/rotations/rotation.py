@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator.api import podinfo as pi
-from memoryguard_kuberay.operator.api.kube import ApiError, EvictionAnswer, Kube
+from memoryguard_kuberay.operator.api.errors import ApiError, EvictionAnswer
+from memoryguard_kuberay.operator.api.kube import Kube
 from memoryguard_kuberay.operator.decided import Say, pod_ref, say
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.rotations.drain import Drainer

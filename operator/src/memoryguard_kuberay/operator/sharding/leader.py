@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from memoryguard_kuberay.operator.api.kube import ApiError, Conflict, Kube
+from memoryguard_kuberay.operator.api.errors import ApiError, Conflict
+from memoryguard_kuberay.operator.api.kube import Kube
 
 log = logging.getLogger("memoryguard_kuberay.operator.sharding.leader")
 

@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.operator.api.kube import ApiError, Kube
+from memoryguard_kuberay.operator.api.errors import ApiError
+from memoryguard_kuberay.operator.api.kube import Kube
 from memoryguard_kuberay.operator.sharding import shardplan
 from memoryguard_kuberay.operator.sharding.leader import LeaderElector, LeaseConfig
 

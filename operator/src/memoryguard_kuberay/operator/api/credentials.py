@@ -1,0 +1,43 @@
+"""How the operator reaches the Kubernetes API: the in-cluster service
+account, else a kubeconfig, read by the official client's loader."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+
+@dataclasses.dataclass(frozen=True)
+class Credentials:
+    server: str
+    token: str | None = None
+    ca_path: str | None = None
+    cert_path: str | None = None
+    key_path: str | None = None
+    verify: bool = True
+
+
+class NoCredentials(RuntimeError):
+    """Neither in a pod nor a usable kubeconfig; the message says which file."""
+
+
+def load_credentials() -> Credentials:
+    """In-cluster service account, else $KUBECONFIG / ~/.kube/config, read
+    by the official client's loader (which knows every auth plugin)."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+            where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+            raise NoCredentials(f"no Kubernetes credentials: not in a pod, and {where}: "
+                                f"{str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__}") from None
+    c = client.Configuration.get_default_copy()
+    token = (c.api_key or {}).get("authorization") or (c.api_key or {}).get("BearerToken")
+    if token and token.lower().startswith("bearer "):
+        token = token[7:]
+    return Credentials(server=c.host, token=token, ca_path=c.ssl_ca_cert, cert_path=c.cert_file,
+                       key_path=c.key_file, verify=bool(c.verify_ssl))
