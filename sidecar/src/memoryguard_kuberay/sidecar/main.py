@@ -19,8 +19,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from memoryguard_kuberay.core import answer, helptext
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import TraceError, read_trace
 from memoryguard_kuberay.sidecar import metrics as sidecar_metrics
@@ -140,7 +140,7 @@ class Sidecar(Routes, sidecar_metrics.StateView):
         name = self.sampler.source_name
         if name == self.logged_source:
             return
-        if name == "none":
+        if name == answer.SOURCE_NONE:
             log.warning("memory source lost%s: no cgroup and no Ray process to read; samples carry no memory",
                         f" (was {self.logged_source})" if self.logged_source else "")
         else:
@@ -183,12 +183,8 @@ class Sidecar(Routes, sidecar_metrics.StateView):
                 more = True
                 break
             page.append(s.to_wire())
-        doc: dict[str, Any] = {"source": self.source_name(), "samples": page}
-        if more:
-            doc["more"] = True
-        if self.args.pod_uid or self.args.pod_name:
-            doc["pod"] = {"uid": self.args.pod_uid, "name": self.args.pod_name}
-        return doc
+        return answer.envelope(page, source=self.source_name(), more=more, pod_uid=self.args.pod_uid,
+                               pod_name=self.args.pod_name)
 
     async def processes(self) -> dict[str, Any] | None:
         """The Ray container's processes by memory, scanned in a thread (it
@@ -231,7 +227,7 @@ class Sidecar(Routes, sidecar_metrics.StateView):
         age = time.time() - self.last_loop_wall
         if age > 3 * self.args.interval + 5:
             return False, f"sampling loop stalled ({age:.0f} s)"
-        if self.source_name() == "none":
+        if self.source_name() == answer.SOURCE_NONE:
             # Alive (a restart would not help), but blind: say so.
             return True, "degraded: no memory source (no cgroup and no Ray process found)"
         return True, "ok"

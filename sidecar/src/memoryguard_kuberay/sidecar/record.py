@@ -7,7 +7,6 @@ sample (``t_s``)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -16,8 +15,8 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 
+from memoryguard_kuberay.core import answer, helptext
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.traces import write_trace
 
@@ -30,23 +29,16 @@ class AnswerError(ValueError):
 
 
 def fetch_page(url: str, since: float | None, timeout_s: float = 10.0) -> tuple[list[Sample], bool]:
-    """One answer: (samples, whether the sidecar has more after them)."""
+    """One answer: (samples, whether the sidecar has more after them).
+    Every sample is kept, whatever its time: a recording is what the pod
+    said."""
     full = url.rstrip("/") + C.PATH_SAMPLES + (f"?since={since!r}" if since is not None else "")
     with urllib.request.urlopen(full, timeout=timeout_s) as resp:
         body = resp.read(MAX_ANSWER + 1)
-    if len(body) > MAX_ANSWER:
-        raise AnswerError(f"answer larger than {MAX_ANSWER // 2**20} MiB")
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise AnswerError(f"answer is not JSON ({type(exc).__name__})") from None
-    samples = []
-    for raw in doc.get("samples", []) if isinstance(doc, dict) else []:
-        try:
-            samples.append(Sample.from_wire(raw))
-        except (ValueError, AttributeError, TypeError, OverflowError):
-            continue
-    return samples, isinstance(doc, dict) and doc.get("more") is True
+    a = answer.read(body, max_body=MAX_ANSWER, max_samples=None)
+    if a.refused is not None:
+        raise AnswerError(a.problem)
+    return list(a.samples), a.more
 
 
 def fetch(url: str, since: float | None, timeout_s: float = 10.0) -> list[Sample]:

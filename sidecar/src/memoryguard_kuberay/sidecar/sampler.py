@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from memoryguard_kuberay.core.answer import SOURCE_NONE
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.sidecar.cgroup import MemoryReading
 from memoryguard_kuberay.sidecar.discovery import Source, discover, source_name
@@ -33,7 +34,7 @@ class Sampler:
 
     @property
     def source_name(self) -> str:
-        return source_name(self.source) if self.source is not None else "none"
+        return source_name(self.source) if self.source is not None else SOURCE_NONE
 
     def errors(self) -> dict[str, int]:
         out = dict(self.retired_errors)

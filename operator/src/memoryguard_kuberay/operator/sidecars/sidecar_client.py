@@ -31,14 +31,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
-import json
 import logging
-import math
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
+from memoryguard_kuberay.core import answer
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.operator.sidecars import podhttp
@@ -183,60 +181,15 @@ async def _one(pool: podhttp.Pool, ip: str, port: int, since: float | None, *, t
                  require_uid=require_uid, max_future_s=max_future_s, oldest_s=oldest_s), len(answer.body)
 
 
-def _time_of(raw: Mapping[str, Any]) -> float | None:
-    t = raw.get("time")
-    if isinstance(t, bool) or not isinstance(t, (int, float)):
-        return None
-    try:
-        t = float(t)
-    except OverflowError:  # an int of hundreds of digits
-        return None
-    return t if math.isfinite(t) else None
-
-
 def parse(body: bytes, *, latency_s: float, now_s: float, pod_uid: str | None = None, require_uid: bool = False,
           max_future_s: float = MAX_FUTURE_S, oldest_s: float | None = None) -> Poll:
-    """The sidecar's answer, whatever it is, as a Poll. Never raises; its
-    cost is bounded by MAX_BODY and MAX_SAMPLES."""
-    if len(body) > MAX_BODY:
-        return Poll((), f"response too large (over {MAX_BODY} bytes)", latency_s, failure=PollFailure.BAD_ANSWER)
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return Poll((), "response is not JSON", latency_s, failure=PollFailure.BAD_ANSWER)
-    if not isinstance(doc, dict) or not isinstance(doc.get("samples"), list):
-        return Poll((), "response has no samples list", latency_s, failure=PollFailure.BAD_ANSWER)
-    raw_samples: list[Any] = doc["samples"]
-    if len(raw_samples) > MAX_SAMPLES:
-        return Poll((), f"answer with {len(raw_samples)} samples (at most {MAX_SAMPLES}); dropped", latency_s,
-                    failure=PollFailure.BAD_ANSWER)
-    who = doc.get("pod")
-    uid = who.get("uid") if isinstance(who, dict) else None
-    if pod_uid and uid and uid != pod_uid:
-        return Poll((), f"answer from another pod ({str(who.get('name') or uid)[:80]}); "  # type: ignore[union-attr]
-                        "the IP was reused, samples dropped", latency_s, failure=PollFailure.WRONG_POD)
-    if require_uid and not uid:
-        return Poll((), "answer names no pod, but this pod runs the injected sidecar, which always does; "
-                        "samples dropped", latency_s, failure=PollFailure.WRONG_POD)
-    out: list[Sample] = []
-    rejected = 0
-    too_old: float | None = None
-    for raw in raw_samples:
-        t = _time_of(raw) if isinstance(raw, dict) else None
-        if t is not None and oldest_s is not None and t < oldest_s:
-            too_old = t if too_old is None else max(too_old, t)
-            continue  # older than the policy can use: skipped before it is parsed
-        # A sample from beyond the operator's now is from a clock that is off:
-        # taking it would make every later sample look out of order.
-        if t is None or t > now_s + max_future_s:
-            rejected += 1
-            continue
-        try:
-            out.append(Sample.from_wire(raw))
-        except ValueError:
-            rejected += 1
-    out.sort(key=lambda s: s.time_s)
-    src = doc.get("source")
-    source = src[:80] if isinstance(src, str) else None
-    return Poll(tuple(out), None if not rejected else f"{rejected} sample(s) rejected", latency_s, source, rejected,
-                more=doc.get("more") is True, blind=source == "none", newest_too_old_s=too_old)
+    """The sidecar's answer, whatever it is, as a Poll (read by the core's
+    one reader of it, ``answer.read``). Never raises; its cost is bounded by
+    MAX_BODY and MAX_SAMPLES."""
+    a = answer.read(body, max_body=MAX_BODY, max_samples=MAX_SAMPLES, now_s=now_s, max_future_s=max_future_s,
+                    oldest_s=oldest_s, pod_uid=pod_uid, require_uid=require_uid)
+    if a.refused is not None:
+        failure = PollFailure.WRONG_POD if a.refused is answer.Refusal.WRONG_POD else PollFailure.BAD_ANSWER
+        return Poll((), a.problem, latency_s, failure=failure)
+    return Poll(a.samples, a.problem, latency_s, a.source, a.rejected, more=a.more, blind=a.blind,
+                newest_too_old_s=a.newest_too_old_s)
