@@ -13,7 +13,7 @@ from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
 from memoryguard_kuberay.core.trust import Trust, repository
 from memoryguard_kuberay.devkit.emulator import schema
 from memoryguard_kuberay.operator import crd
-from memoryguard_kuberay.operator.cycle import status as st
+from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
 
 TRUST = Trust(sidecar_images=("ghcr.io/memoryguard/memoryguard-sidecar",), policy_port=9108)

@@ -207,7 +207,7 @@ def test_rotation_marks_of_any_content_adopt_within_budget(marks: list[dict[str,
 
 
 def test_desired_replicas_counts_hosts_and_the_head() -> None:
-    from memoryguard_kuberay.operator.rotations.groups import desired_replicas
+    from memoryguard_kuberay.operator.rayclusters.groups import desired_replicas
 
     rc = {"metadata": {"name": "rc"}, "spec": {"workerGroupSpecs": [
         {"groupName": "cpu", "replicas": 3}, {"groupName": "tpu", "replicas": 2, "numOfHosts": 4},
@@ -218,7 +218,7 @@ def test_desired_replicas_counts_hosts_and_the_head() -> None:
 @settings(max_examples=200)
 @given(json_values)
 def test_desired_replicas_of_any_spec(spec: object) -> None:
-    from memoryguard_kuberay.operator.rotations.groups import desired_replicas
+    from memoryguard_kuberay.operator.rayclusters.groups import desired_replicas
 
     out = desired_replicas({"metadata": {"name": "rc"}, "spec": spec if isinstance(spec, dict) else {
         "workerGroupSpecs": spec}})
@@ -226,7 +226,7 @@ def test_desired_replicas_of_any_spec(spec: object) -> None:
 
 
 def test_group_short_counts_missing_and_unready_pods_and_rotations_started_this_cycle() -> None:
-    from memoryguard_kuberay.operator.rotations.groups import Groups
+    from memoryguard_kuberay.operator.rayclusters.groups import Groups
 
     book = ledger.Ledger()
     # KubeRay keeps 4; one is missing and one is not ready: 2 available.

@@ -11,8 +11,8 @@ import pytest
 from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
 from memoryguard_kuberay.devkit.emulator import disruption, schema
 from memoryguard_kuberay.operator import crd
+from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.api import errors
-from memoryguard_kuberay.operator.cycle import status as st
 from memoryguard_kuberay.operator.rotations import budgets
 
 OWNER = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "rc", "uid": "u", "controller": True}]

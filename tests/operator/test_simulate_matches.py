@@ -20,7 +20,7 @@ from memoryguard_kuberay.operator.cycle.judging import PodState, judge
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.rayclusters.clusters import Selected
-from memoryguard_kuberay.operator.rotations.groups import Groups
+from memoryguard_kuberay.operator.rayclusters.groups import Groups
 
 from ..devworld import EXAMPLES
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
-from memoryguard_kuberay.operator.cycle import status as st
+from memoryguard_kuberay.operator import status as st
 
 OK = Decision(Action.NONE, Reason.HEALTHY, "working set 20 GiB of 64 GiB (31%)", Evidence())
 

@@ -94,7 +94,7 @@ def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tm
     # all report (issue 26, 6): REPORTING reads False, and `get -A` fits in
     # 100 columns for usual names; -o wide adds the clusters and the last action.
     from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
-    from memoryguard_kuberay.operator.cycle import status as st
+    from memoryguard_kuberay.operator import status as st
     from memoryguard_kuberay.operator.sidecars.sidecar_client import PollFailure
 
     healthy = Decision(Action.NONE, Reason.HEALTHY, "ok", Evidence())

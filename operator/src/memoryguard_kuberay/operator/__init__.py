@@ -2,8 +2,9 @@
 
 - ``handlers.py``: the thin kopf handlers; ``config.py`` the process's
   settings; ``guardspec.py`` a guard's spec read; ``crd.py`` the CRD;
-  ``metrics.py``; ``decided.py``, ``events.py``, ``clock.py`` the words and
-  the time every part shares;
+  ``status.py`` what a guard's status says, read by ``metrics.py`` and
+  ``top``; ``decided.py``, ``events.py``, ``clock.py`` the words and the
+  time every part shares;
 - ``cycle/``: a guard's cycle and its steps;
 - ``api/``: the one module that talks to the Kubernetes API, and the pod cache;
 - ``sidecars/``: polling the sidecars;

@@ -15,11 +15,11 @@ from memoryguard_kuberay.operator.api.credentials import load_credentials
 from memoryguard_kuberay.operator.api.kube import Kube
 from memoryguard_kuberay.operator.api.podcache import PodCaches
 from memoryguard_kuberay.operator.clock import Clock
-from memoryguard_kuberay.operator.cycle import guarding, guardstate
+from memoryguard_kuberay.operator.cycle import finalizer, guarding, guardstate
 from memoryguard_kuberay.operator.cycle.eventqueue import EventPoster
 from memoryguard_kuberay.operator.cycle.guardroster import GuardRoster
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
-from memoryguard_kuberay.operator.rayclusters import finalizer, kuberayrules
+from memoryguard_kuberay.operator.rayclusters import kuberayrules
 from memoryguard_kuberay.operator.rotations.drain import NoDrainer, RayGcsDrainer
 from memoryguard_kuberay.operator.sharding.shards import AllShards, ShardConfig, ShardKeeper
 

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from memoryguard_kuberay.operator.cycle.status import AT_RISK, PodView, pod_status, templates
+from memoryguard_kuberay.operator.status import AT_RISK, PodView, pod_status, templates
 
 P = "memoryguard_"
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.operator.cycle.status import MAX_RECENT
+from memoryguard_kuberay.operator.status import MAX_RECENT
 
 from .api import EmulatedApi
 from .disruption import is_ready

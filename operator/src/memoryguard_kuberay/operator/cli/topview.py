@@ -19,7 +19,7 @@ from rich.text import Text
 from memoryguard_kuberay.core.policy import Action, Reason
 from memoryguard_kuberay.core.policy.decide import RULES
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration
-from memoryguard_kuberay.operator.cycle import status
+from memoryguard_kuberay.operator import status
 from memoryguard_kuberay.operator.sidecars.sidecar_client import PollFailure
 
 # Verdicts as the status names them (status._verdict), coloured by what they

@@ -25,8 +25,8 @@ from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.forensics import collect as forensics
 from memoryguard_kuberay.operator.guardspec import Mode
 from memoryguard_kuberay.operator.rayclusters import kuberayrules, remediation
+from memoryguard_kuberay.operator.rayclusters.groups import Groups
 from memoryguard_kuberay.operator.rotations import rotation
-from memoryguard_kuberay.operator.rotations.groups import Groups
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL})

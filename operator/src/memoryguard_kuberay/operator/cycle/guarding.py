@@ -29,9 +29,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.api.errors import ApiError
 from memoryguard_kuberay.operator.cycle import cadence, steps
-from memoryguard_kuberay.operator.cycle import status as st
 from memoryguard_kuberay.operator.cycle.guardstate import Guard, Memory, Run
 from memoryguard_kuberay.operator.cycle.steps import INVALID_RETRY_S, PLACING_RETRY_S, REFUSED_RETRY_S
 from memoryguard_kuberay.operator.decided import NOTHING, Decided

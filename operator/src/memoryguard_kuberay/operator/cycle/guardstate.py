@@ -30,9 +30,9 @@ from memoryguard_kuberay.operator.forensics.evidence import Evidence
 from memoryguard_kuberay.operator.guardspec import DEFAULT_SIDECAR_IMAGE, GuardSpec
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.rayclusters import clusters
+from memoryguard_kuberay.operator.rayclusters.groups import Groups
 from memoryguard_kuberay.operator.rayclusters.reviews import Reviews
 from memoryguard_kuberay.operator.rotations.drain import Drainer
-from memoryguard_kuberay.operator.rotations.groups import Groups
 from memoryguard_kuberay.operator.rotations.ledger import Ledger
 from memoryguard_kuberay.operator.rotations.remembered import Remembered
 from memoryguard_kuberay.operator.sharding.shards import AllShards, ShardKeeper

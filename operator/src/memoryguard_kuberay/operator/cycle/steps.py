@@ -23,19 +23,19 @@ from typing import Any
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Action, efficacy, urgency
 from memoryguard_kuberay.core.policy.efficacy import Verdict
+from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.api import podinfo as pi
 from memoryguard_kuberay.operator.api.errors import ApiError
 from memoryguard_kuberay.operator.clock import iso
 from memoryguard_kuberay.operator.cycle import acting, guardroster, judging
-from memoryguard_kuberay.operator.cycle import status as st
 from memoryguard_kuberay.operator.cycle.guardstate import Cycle, Guard, Run
 from memoryguard_kuberay.operator.cycle.judging import Judged
 from memoryguard_kuberay.operator.decided import NOTHING, Decided, Say, pod_ref, say
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import GuardSpec, Mode, SpecError, read_guard_spec
 from memoryguard_kuberay.operator.rayclusters import clusters, remediation
+from memoryguard_kuberay.operator.rayclusters.groups import Groups
 from memoryguard_kuberay.operator.rotations import rotation
-from memoryguard_kuberay.operator.rotations.groups import Groups
 from memoryguard_kuberay.operator.rotations.ledger import OutcomeKind, Phase
 
 log = logging.getLogger("memoryguard_kuberay.operator")

@@ -18,8 +18,8 @@ from memoryguard_kuberay.operator.decided import Say, say
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import GuardSpec, SpecError, read_guard_spec
 from memoryguard_kuberay.operator.rayclusters import injection, kuberayrules, patches
+from memoryguard_kuberay.operator.rayclusters.groups import desired_replicas
 from memoryguard_kuberay.operator.rotations import budgets
-from memoryguard_kuberay.operator.rotations.groups import desired_replicas
 
 log = logging.getLogger("memoryguard_kuberay.operator")
 
