@@ -27,18 +27,39 @@ TIERS_BY_PATH = {
 }
 
 
+# The tiers in the order the README lists them; "fast" is none of the others.
+TIERS = ("fast", "e2e", "faults", "emulator", "ray", "slow", "realk8s", "realpods", "cgroupv2")
+_TIER_OF: dict[str, str] = {}  # test id -> its tier
+_TIER_TIME: dict[str, list[float]] = {}  # tier -> [tests, seconds (setup, call and teardown)]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         for prefix, marker in TIERS_BY_PATH.items():
             if path.startswith(prefix):
                 item.add_marker(getattr(pytest.mark, marker))
+        _TIER_OF[item.nodeid] = next((t for t in TIERS[1:] if item.get_closest_marker(t)), "fast")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = _TIER_TIME.setdefault(_TIER_OF.get(report.nodeid, "fast"), [0, 0.0])
+    tier[0] += report.when == "call" or (report.when == "setup" and report.skipped)
+    tier[1] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
-    """The fault matrix, when the fault tests ran."""
+    """Each tier's count and time (what the README's table says), and the
+    fault matrix when the fault tests ran."""
     import sys
 
+    if _TIER_TIME:
+        terminalreporter.write_sep("=", "tiers: tests run and their time (a session fixture's set-up counts "
+                                        "toward the test that first used it)")
+        for name in TIERS:
+            if name in _TIER_TIME:
+                n, secs = _TIER_TIME[name]
+                terminalreporter.write_line(f"{name:10} {int(n):5} tests {secs:8.0f} s")
     mod = sys.modules.get("tests.faults.test_fault_matrix")
     if mod is None or not mod.RESULTS:
         return
