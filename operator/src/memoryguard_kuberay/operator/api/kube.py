@@ -13,13 +13,13 @@ import datetime
 import json as _json
 import ssl
 import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import aiohttp
 
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.operator.api.credentials import Credentials
+from memoryguard_kuberay.operator.api.credentials import Credentials, load_credentials
 from memoryguard_kuberay.operator.api.errors import (
     ApiError,
     Conflict,
@@ -374,3 +374,20 @@ class Kube:
                 if delay is None or not isinstance(e, (ServerError, TooManyRequests)):
                     return  # out of tries, or refused for good (403, 422): nothing a retry mends
             await asyncio.sleep(delay)
+
+
+T = TypeVar("T")
+
+
+def with_kube(work: Callable[[Kube], Awaitable[T]], *, timeout_s: float = 30.0) -> T:
+    """``work`` run on a Kube with the user's credentials, closed after: how
+    the command-line tools reach the API (NoCredentials and ApiError pass
+    through, for the tool to say in its own name)."""
+    async def run() -> T:
+        kube = Kube(load_credentials(), timeout_s=timeout_s)
+        try:
+            return await work(kube)
+        finally:
+            await kube.close()
+
+    return asyncio.run(run())

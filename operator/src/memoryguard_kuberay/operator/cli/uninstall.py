@@ -21,9 +21,9 @@ import time
 from collections.abc import Sequence
 
 from memoryguard_kuberay.core import helptext
-from memoryguard_kuberay.operator.api.credentials import NoCredentials, load_credentials
+from memoryguard_kuberay.operator.api.credentials import NoCredentials
 from memoryguard_kuberay.operator.api.errors import ApiError
-from memoryguard_kuberay.operator.api.kube import Kube
+from memoryguard_kuberay.operator.api.kube import Kube, with_kube
 
 log = logging.getLogger("memoryguard.uninstall")
 
@@ -68,15 +68,8 @@ def main(argv: Sequence[str]) -> int:
     a = p.parse_args(list(argv))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
 
-    async def run() -> list[str]:
-        kube = Kube(load_credentials(), timeout_s=30.0)
-        try:
-            return await delete_guards(kube, a.namespace, timeout_s=a.timeout, dry_run=a.dry_run)
-        finally:
-            await kube.close()
-
     try:
-        left = asyncio.run(run())
+        left = with_kube(lambda kube: delete_guards(kube, a.namespace, timeout_s=a.timeout, dry_run=a.dry_run))
     except NoCredentials as e:
         print(f"memoryguard-kuberay uninstall: {e}", file=sys.stderr)
         return 2

@@ -12,7 +12,6 @@ named ones (ConfigMap names, or files saved with ``--json``).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -21,9 +20,9 @@ from typing import IO, Any
 
 from memoryguard_kuberay.core import helptext
 from memoryguard_kuberay.core.units import fmt_bytes
-from memoryguard_kuberay.operator.api.credentials import NoCredentials, load_credentials
+from memoryguard_kuberay.operator.api.credentials import NoCredentials
 from memoryguard_kuberay.operator.api.errors import ApiError
-from memoryguard_kuberay.operator.api.kube import Kube
+from memoryguard_kuberay.operator.api.kube import Kube, with_kube
 from memoryguard_kuberay.operator.forensics import collect as fx
 from memoryguard_kuberay.operator.forensics import diff as forensics_diff
 
@@ -103,15 +102,8 @@ def main(argv: Sequence[str], out: IO[str] = sys.stdout) -> int:
     if not a.pod and not a.guard:
         p.error("name a POD or --guard")
 
-    async def run() -> list[tuple[str, dict[str, Any]]]:
-        kube = Kube(load_credentials(), timeout_s=30.0)
-        try:
-            return await find(kube, a.namespace, pod=a.pod, guard=a.guard)
-        finally:
-            await kube.close()
-
     try:
-        found = asyncio.run(run())
+        found = with_kube(lambda kube: find(kube, a.namespace, pod=a.pod, guard=a.guard))
     except NoCredentials as e:
         print(f"memoryguard-kuberay forensics: {e}", file=sys.stderr)
         return 2
@@ -150,15 +142,8 @@ def _diff_main(p: argparse.ArgumentParser, a: argparse.Namespace, out: IO[str]) 
     need_api = not a.diff or not all(os.path.exists(n) for n in a.diff)
     found: list[tuple[str, dict[str, Any]]] = []
     if need_api:
-        async def run() -> list[tuple[str, dict[str, Any]]]:
-            kube = Kube(load_credentials(), timeout_s=30.0)
-            try:
-                return await find(kube, a.namespace, pod=None, guard=a.guard)
-            finally:
-                await kube.close()
-
         try:
-            found = asyncio.run(run())
+            found = with_kube(lambda kube: find(kube, a.namespace, pod=None, guard=a.guard))
         except NoCredentials as e:
             print(f"memoryguard-kuberay forensics: {e}", file=sys.stderr)
             return 2
