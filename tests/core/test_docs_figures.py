@@ -36,3 +36,19 @@ def test_every_default_the_docs_state_is_the_codes() -> None:
             assert value * UNIT_S[unit] == defaults[name], (
                 f"{doc.name}: `{name}` ({m.group(2)} {unit}) but the default is {defaults[name]:g} s")
     assert len(checked) >= 5, checked  # the mentions this test exists for are found
+
+
+def test_every_picture_the_docs_link_is_in_the_repository() -> None:
+    """A picture the docs show must be a file of the checkout, not one left
+    out by .gitignore (all of docs/images once was: *.png)."""
+    import subprocess
+
+    linked = set()
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for m in re.finditer(r"\]\(((?:docs/)?images/[^)\s]+)\)", doc.read_text()):
+            linked.add(ROOT / (m.group(1) if m.group(1).startswith("docs/") else "docs/" + m.group(1)))
+    assert len(linked) >= 5, linked
+    missing = sorted(str(p.relative_to(ROOT)) for p in linked if not p.is_file())
+    assert not missing, f"the docs link pictures that are not there: {missing}"
+    ignored = subprocess.run(["git", "check-ignore", *map(str, linked)], cwd=ROOT, capture_output=True, text=True)
+    assert ignored.returncode != 0 or not ignored.stdout.strip(), f"ignored by git: {ignored.stdout}"

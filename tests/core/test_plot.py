@@ -48,3 +48,15 @@ def test_the_heat_map_colours_each_cell_by_the_nearest_projection_in_it(tmp_path
     out = tmp_path / "heat.png"
     heatmap.draw(rows, out, title="t")
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_heat_map_paints_the_warm_up_apart_from_none_in_sight() -> None:
+    from memoryguard_kuberay.core import heatmap
+
+    warming = len(heatmap.BANDS) + 1
+    # No projection at 0 and 100 s (inside a 150 s warm-up: not judged yet) and at 250 s (after it: not growing).
+    rows = {"serve": [(0.0, None), (100.0, None), (250.0, None)], "late": [(200.0, None)]}
+    assert heatmap.cells(rows, start_s=0.0, column_s=100.0, columns=3, warmup_s=150.0) == [
+        [warming, warming, len(heatmap.BANDS)], [None, None, warming]]
+    # A projection inside the warm-up (the rapid rule's) is shown as it is.
+    assert heatmap.cells({"r": [(0.0, 600.0)]}, start_s=0.0, column_s=100.0, columns=1, warmup_s=150.0) == [[0]]

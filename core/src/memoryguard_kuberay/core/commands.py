@@ -184,7 +184,7 @@ def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: st
         # Each trace from its own start: a replay ends at its first rotation (the pod is gone).
         hm.draw({rep.name: rep.projections for _, rep in results}, heatmap,
                 title="projected time to OOM, per trace (a row ends where the policy rotated)",
-                time_label="hours since the pod's start")
+                time_label="hours since the pod's start", warmup_s=settings.trend_min_span_s)
         print(f"heat map written to {heatmap}", file=progress)
     return 1 if unreadable else 0
 

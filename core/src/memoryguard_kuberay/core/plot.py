@@ -91,7 +91,9 @@ def legend(ax: Any) -> None:
             h, lab = other.get_legend_handles_labels()
             handles, labels = handles + h, labels + lab
     if handles:
-        ax.legend(handles, labels, fontsize=6, loc="best", framealpha=0.85)
+        # Beside the panel, past its right axis: inside, "best" still covered
+        # the working set and the marks' labels (issue 42, 9).
+        ax.legend(handles, labels, fontsize=6, loc="upper left", bbox_to_anchor=(1.05, 1.0), frameon=False)
 
 
 def save_grid(fig: Any, axes: Any, out: str | Path, *, xlabel: str, dpi: int) -> None:

@@ -25,9 +25,10 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from memoryguard_kuberay.core import commands, heatmap, helptext
+from memoryguard_kuberay.core import commands, heatmap, helptext, specfields
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.plot import LIMIT_LABEL, mark, save_grid
+from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.traces import read_labels, read_trace
 from memoryguard_kuberay.operator.cli import topview
 from memoryguard_kuberay.operator.forensics import cli as forensics_cli
@@ -187,9 +188,11 @@ class Demo:
                 if a.plot:
                     self.plot(w, a.plot)
                 if a.heatmap and self.risk:
+                    # Every group's pods start with the demo: its first hours are the trend's warm-up.
+                    warmup_s = PolicySettings.from_spec(specfields.policy_part(guard()["spec"])).trend_min_span_s
                     heatmap.draw(self.risk, a.heatmap, title="the demo's worker groups by projected time to OOM "
                                                              "(rows: groups; a column every few minutes)",
-                                 time_label="hours (simulated)")
+                                 time_label="hours (simulated)", warmup_s=warmup_s)
             return summary
 
     def record_risk(self, w: World) -> None:
