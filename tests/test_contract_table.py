@@ -251,9 +251,16 @@ def leases_as_the_shard_keeper_uses_them(b: Backend) -> Any:
     stale = b.client.call("PUT", f"{LEASES}/set-a-shard-0", renewed)[0]  # the resourceVersion of before
     deleted = b.client.call("DELETE", f"{LEASES}/set-a-replica-x")[0]
     gone = b.client.call("GET", f"{LEASES}/set-a-replica-x")[0]
+
+    def only_as(rv: str) -> dict[str, Any]:  # the last replica's delete of a free Lease (shards.close)
+        return {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"resourceVersion": rv}}
+
+    stale_delete = b.client.call("DELETE", f"{LEASES}/set-a-shard-0", only_as(read["metadata"]["resourceVersion"]))[0]
+    now_rv = b.client.ok("GET", f"{LEASES}/set-a-shard-0")["metadata"]["resourceVersion"]
+    delete_as_read = b.client.call("DELETE", f"{LEASES}/set-a-shard-0", only_as(now_rv))[0]
     for n in ("set-a-shard-0", "set-b-shard-0"):
         b.client.call("DELETE", f"{LEASES}/{n}")
-    return created, again, names, fresh, stale, deleted, gone
+    return created, again, names, fresh, stale, deleted, gone, stale_delete, delete_as_read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,7 +281,8 @@ ROWS = [
     Row(json_patch_test_of_a_stale_resource_version, (422, 200)),
     Row(remediation_then_revert_gives_back_the_template, (200, 200, True)),
     Row(eviction_of_a_missing_pod, 404),
-    Row(leases_as_the_shard_keeper_uses_them, (201, 409, ["set-a-replica-x", "set-a-shard-0"], 200, 409, 200, 404)),
+    Row(leases_as_the_shard_keeper_uses_them,
+        (201, 409, ["set-a-replica-x", "set-a-shard-0"], 200, 409, 200, 404, 409, 200)),
     Row(event_in_another_namespace, 422),
     Row(dry_run_eviction_keeps_the_pod, (201, True)),
     Row(eviction_of_an_unbound_pod_deletes_it_at_once, (201, True)),

@@ -309,6 +309,42 @@ async def test_a_clean_exit_hands_every_shard_over_at_once(kube) -> None:
     assert owned(b) == set(range(S))
 
 
+async def test_the_last_replica_s_clean_exit_leaves_no_lease_of_the_release(kube) -> None:
+    """helm uninstall (with or without its hooks) or a scale to 0: nothing of
+    the release stays behind; a replica still alive keeps every Lease."""
+    api, k = kube
+    ca, cb = Clock(), Clock()
+    a, b = keeper(k, "a", ca), keeper(k, "b", cb)
+    await settle((a, ca), (b, cb))
+    shard_leases = {shardplan.shard_lease("mg", s) for s in range(S)}
+    await a.close()  # b is alive: the shards a gave up stay, for b to take
+    assert {n for n in shard_leases if api.get("leases", "default", n) is not None} == shard_leases
+    await settle((b, cb), ticks=2)
+    await b.close()
+    left = [o["metadata"]["name"] for o in api.objects("leases", "default")]
+    assert left == [], left
+
+
+async def test_the_last_replica_deletes_a_free_lease_only_as_it_read_it(kube) -> None:
+    """A Lease written between the last replica's read and its delete (a new
+    replica taking it) is not deleted: the delete is conditional (409)."""
+    api, k = kube
+    ca = Clock()
+    a = keeper(k, "a", ca)
+    await settle((a, ca), ticks=JOIN)
+    await a.close()  # alone: every free shard Lease deleted
+    assert all(api.get("leases", "default", shardplan.shard_lease("mg", s)) is None for s in range(S))
+    await settle((a, ca), ticks=JOIN)
+    name = shardplan.shard_lease("mg", 0)
+    read = api.get("leases", "default", name)
+    assert read is not None
+    taken = {**read, "spec": {**read["spec"], "holderIdentity": "c"}}
+    api.put("leases", taken)  # another replica's take, after our read
+    with pytest.raises(Exception, match="409"):
+        await k.delete_lease("default", name, resource_version=read["metadata"]["resourceVersion"])
+    assert (api.get("leases", "default", name) or {}).get("spec", {}).get("holderIdentity") == "c"
+
+
 async def test_one_lease_one_holder_and_a_takeover_only_after_it_ran_out(kube) -> None:
     api, k = kube
     clock_a, clock_b = Clock(), Clock()

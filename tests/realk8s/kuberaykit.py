@@ -43,14 +43,18 @@ def present(version: str) -> str | None:
 class KubeRay:
     """One real KubeRay (and scheduler) watching ``namespaces``."""
 
-    def __init__(self, cp: ControlPlane, version: str, namespaces: Sequence[str], run: Path) -> None:
+    def __init__(self, cp: ControlPlane, version: str, namespaces: Sequence[str], run: Path,
+                 env: dict[str, str] | None = None) -> None:
+        """``env``: KubeRay's own operator settings (its environment, as its
+        chart's ``env`` sets them), e.g. ``ENABLE_INIT_CONTAINER_INJECTION``."""
         self.cp, self.version, self.run = cp, version, run
         run.mkdir(parents=True, exist_ok=True)
         self.env = {**cp.env, "K8S_RUN": str(run), "KUBECTL": str(cp.tools / "kubectl"),
                     "KUBECONFIG_OUT": str(cp.kubeconfig), "K8S_BIN": str(cp.home / "bin"),
                     "KUBERAY_VERSION": version, "SCHED_PORT": str(free_port()),
                     "KUBERAY_METRICS_PORT": str(free_port()), "KUBERAY_PROBE_PORT": str(free_port()),
-                    "KUBERAY_EXTRA_ARGS": f"--watch-namespace={','.join(namespaces)}", "UP_TIMEOUT": "120"}
+                    "KUBERAY_EXTRA_ARGS": f"--watch-namespace={','.join(namespaces)}", "UP_TIMEOUT": "120",
+                    **(env or {})}
         t0 = time.monotonic()
         out = subprocess.run(["bash", str(KIT / "kuberay-up.sh")], env=self.env, capture_output=True, text=True,
                              timeout=300)

@@ -3,10 +3,21 @@ real pod, rotated before the kernel kills it.
 
 The kit's kubelet and containerd run the pods for real (tests/realpods/
 kubelet.py); the images are the project's Dockerfiles carried out here
-(images.py); KubeRay is played through the real API (kuberay.py), the
-operator runs as the chart runs it with the chart's ServiceAccount token
-(on the host: the kit's pods reach each other and the host only with
+(images.py); the real KubeRay (v1.7.0) and kube-scheduler make, bind,
+replace and delete the pods (tests/realk8s/kuberaykit.py); the operator
+runs as the chart runs it with the chart's ServiceAccount token (on the
+host: the kit's pods reach each other and the host only with
 ``hostNetwork``, so the Ray pods use it, each Ray node on ports of its own).
+
+The kit has no cluster DNS, so what KubeRay reaches by the head Service's
+name cannot work here, and is set as a user on a host network would:
+the workers' ``rayStartParams`` name the head's address, and KubeRay's
+``wait-gcs-ready`` init container and its probes (``wget`` to Ray's
+default agent port, which hostNetwork pods cannot all hold) are turned off
+in KubeRay's own settings (``ENABLE_INIT_CONTAINER_INJECTION``,
+``ENABLE_PROBES_INJECTION``). Everything else is KubeRay's: the ``ray start``
+command it writes from ``rayStartParams``, its labels and env, and its
+reconciling of pods (an evicted worker replaced once the old pod is gone).
 
 One RayCluster: a head, a guarded worker group (``guarded``: the injected
 sidecar beside Ray) and an unguarded one (``control``: no sidecar), whose
@@ -32,17 +43,21 @@ import yaml
 
 from memoryguard_kuberay.operator.rayclusters import injection
 
-from ..devworld import KUBERAY, ROOT
+from ..devworld import ROOT
 from ..procs import free_port, http_get, stop
+from ..realk8s import kuberaykit
 from ..realk8s.controlplane import k8s_tools
 from ..realk8s.operatorproc import operator_command
 from . import images
 from . import kubelet as kit
-from .kuberay import KubeRay
+from .recorder import PodRecorder
 
 pytestmark = pytest.mark.realpods
 
 NS, RELEASE_NS, RELEASE, SA = "ray-real", "mg-system", "mg", "mg-memoryguard"
+KUBERAY_VERSION = "v1.7.0"
+# KubeRay's operator settings this tier needs (see the module's docstring: no cluster DNS).
+KUBERAY_ENV = {"ENABLE_INIT_CONTAINER_INJECTION": "false", "ENABLE_PROBES_INJECTION": "false"}
 MIB = 1024**2
 WORKER_LIMIT = "1Gi"
 LEAK_MIB_PER_S = 3.0
@@ -88,10 +103,10 @@ LEAKER = textwrap.dedent("""
 
 
 class Cluster:
-    def __init__(self, kl: kit.Kubelet, kuberay: KubeRay, operator: subprocess.Popen[bytes], log: Path,
-                 workdir: Path, ports: dict[str, int]) -> None:
-        self.kl, self.api, self.kuberay, self.operator, self.log, self.workdir, self.ports = (
-            kl, kl.admin(), kuberay, operator, log, workdir, ports)
+    def __init__(self, kl: kit.Kubelet, kuberay: kuberaykit.KubeRay, recorder: PodRecorder,
+                 operator: subprocess.Popen[bytes], log: Path, workdir: Path, ports: dict[str, int]) -> None:
+        self.kl, self.api, self.kuberay, self.recorder, self.operator, self.log, self.workdir, self.ports = (
+            kl, kl.admin(), kuberay, recorder, operator, log, workdir, ports)
         self.facts: dict[str, Any] = {}
 
     def wait_for(self, pred: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -101,12 +116,12 @@ class Cluster:
             if v:
                 return v
             time.sleep(0.5)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}; stand-in errors: "
-                             f"{self.kuberay.errors[-3:]}\n--- operator log ---\n"
-                             f"{self.log.read_text(errors='replace')[-6000:]}")
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}; recorder errors: "
+                             f"{self.recorder.errors[-3:]}\n--- KubeRay's log ---\n{self.kuberay.log()}"
+                             f"\n--- operator log ---\n{self.log.read_text(errors='replace')[-6000:]}")
 
     def pods(self, group: str, *, live: bool = True) -> list[dict[str, Any]]:
-        return [p for p in self.kuberay.pods() if p["metadata"]["labels"].get("ray.io/group") == group
+        return [p for p in self.recorder.pods() if p["metadata"]["labels"].get("ray.io/group") == group
                 and not (live and p["metadata"].get("deletionTimestamp"))]
 
     def running(self, group: str) -> dict[str, Any] | None:
@@ -119,54 +134,62 @@ class Cluster:
         return [e for e in items if e.get("reason") == reason]
 
 
-def _ray_start(kind: str, ip: str, gcs: int, resources: dict[str, int], metrics_port: int) -> list[str]:
-    """``ray start`` as KubeRay writes it for a node, with ports of its own:
-    every Ray node of the cluster shares the host's network here."""
-    p = {k: free_port() for k in ("nm", "om", "agent", "agent_grpc", "runtime_env")}
+def _start_params(kind: str, ip: str, gcs: int, resources: dict[str, int], ports: dict[str, int]) -> dict[str, str]:
+    """A node's ``rayStartParams`` (KubeRay writes ``ray start`` from them),
+    with ports of its own: every Ray node of the cluster shares the host's
+    network here."""
     low = free_port()
-    args = ["ray", "start", "--block", "--disable-usage-stats", f"--node-ip-address={ip}", "--num-cpus=1",
-            # Under hostNetwork the pod's IP is the host's (and Ray registers a
-            # node started at 127.0.0.1 under the host's outward address): the
-            # operator finds the pod's Ray node by its name instead (raynodes.py).
-            "--node-name=$(MY_POD_NAME)",
-            f"--resources={json.dumps(resources)}", "--object-store-memory=80000000",
-            f"--metrics-export-port={metrics_port}", f"--node-manager-port={p['nm']}",
-            f"--object-manager-port={p['om']}", f"--dashboard-agent-listen-port={p['agent']}",
-            f"--dashboard-agent-grpc-port={p['agent_grpc']}", f"--runtime-env-agent-port={p['runtime_env']}",
-            f"--min-worker-port={low}", f"--max-worker-port={low + 40}"]
+    params = {"disable-usage-stats": "true", "node-ip-address": ip, "num-cpus": "1",
+              # Under hostNetwork the pod's IP is the host's (and Ray registers a
+              # node started at 127.0.0.1 under the host's outward address): the
+              # operator finds the pod's Ray node by its name instead (raynodes.py).
+              # $(MY_POD_NAME): the kubelet expands it in the args KubeRay writes.
+              "node-name": "$(MY_POD_NAME)", "object-store-memory": "80000000",
+              "metrics-export-port": str(ports["metrics"]), "node-manager-port": str(free_port()),
+              "object-manager-port": str(free_port()), "dashboard-agent-listen-port": str(free_port()),
+              "dashboard-agent-grpc-port": str(free_port()), "runtime-env-agent-port": str(free_port()),
+              "min-worker-port": str(low), "max-worker-port": str(low + 40)}
+    if resources:  # a shell word: KubeRay's command is run by bash
+        params["resources"] = "'" + json.dumps(resources) + "'"
     if kind == "head":
-        return [*args, "--head", f"--port={gcs}", "--include-dashboard=false"]
-    return [*args, f"--address=127.0.0.1:{gcs}"]
+        return {**params, "port": str(gcs), "include-dashboard": "false"}
+    return {**params, "address": f"127.0.0.1:{gcs}"}  # no cluster DNS for the head Service's name
 
 
-def _template(name: str, image: str, command: list[str], memory: str) -> dict[str, Any]:
+def _template(name: str, image: str, memory: str, ports: dict[str, int]) -> dict[str, Any]:
     # RAY_memory_monitor_refresh_ms=0: Ray's own memory monitor is off, so the
     # harm a leak comes to is the kernel's OOM kill at the container's limit
     # (with it on, seen here: Ray kills the leaking actor's worker at 95% of
     # the limit first, the container living on).
     env = [{"name": "MY_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
            {"name": "RAY_memory_monitor_refresh_ms", "value": "0"}]
+    # Every port KubeRay would add by name, declared: under hostNetwork each is a
+    # host port, and KubeRay's defaults (8080, 8265, 10001) would collide.
     return {"spec": {"hostNetwork": True, "terminationGracePeriodSeconds": 30, "containers": [{
-        "name": name, "image": image, "imagePullPolicy": "Never", "command": command, "env": env,
+        "name": name, "image": image, "imagePullPolicy": "Never", "env": env,
+        "ports": [{"name": k, "containerPort": v} for k, v in ports.items()],
         "resources": {"requests": {"cpu": "100m", "memory": memory}, "limits": {"memory": memory}}}]}}
 
 
 def _raycluster(ray_image: str, gcs: int) -> dict[str, Any]:
     # The guarded worker's Ray metrics on KubeRay's port (8080), where the
     # injected sidecar reads them; the control's and the head's elsewhere.
-    head = _template("ray-head", ray_image, _ray_start("head", "127.0.0.1", gcs, {}, free_port()), "2Gi")
-    guarded = _template("ray-worker", ray_image, _ray_start("worker", "127.0.0.1", gcs, {"guarded": 1}, 8080),
-                        WORKER_LIMIT)
+    head_ports = {"gcs-server": gcs, "metrics": free_port(), "dashboard": free_port(), "client": free_port()}
+    guarded_ports, control_ports = {"metrics": 8080}, {"metrics": free_port()}
     # 127.0.0.2: the control's Ray node is not found by the guarded pod's IP
     # (a drain looks Ray nodes up by pod IP; hostNetwork pods of one host share it).
-    control = _template("ray-worker", ray_image, _ray_start("worker", "127.0.0.2", gcs, {"control": 1},
-                                                            free_port()), WORKER_LIMIT)
     return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "real-rc", "namespace": NS},
             "spec": {"rayVersion": images.ray_version(),
-                     "headGroupSpec": {"rayStartParams": {"port": str(gcs)}, "template": head},
+                     "headGroupSpec": {
+                         "rayStartParams": _start_params("head", "127.0.0.1", gcs, {}, head_ports),
+                         "template": _template("ray-head", ray_image, "2Gi", head_ports)},
                      "workerGroupSpecs": [
-                         {"groupName": "guarded", "replicas": 1, "rayStartParams": {}, "template": guarded},
-                         {"groupName": "control", "replicas": 1, "rayStartParams": {}, "template": control}]}}
+                         {"groupName": "guarded", "replicas": 1, "minReplicas": 0, "maxReplicas": 1,
+                          "rayStartParams": _start_params("worker", "127.0.0.1", gcs, {"guarded": 1}, guarded_ports),
+                          "template": _template("ray-worker", ray_image, WORKER_LIMIT, guarded_ports)},
+                         {"groupName": "control", "replicas": 1, "minReplicas": 0, "maxReplicas": 1,
+                          "rayStartParams": _start_params("worker", "127.0.0.2", gcs, {"control": 1}, control_ports),
+                          "template": _template("ray-worker", ray_image, WORKER_LIMIT, control_ports)}]}}
 
 
 def _guard(port: int, sidecar_image: str) -> dict[str, Any]:
@@ -185,9 +208,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     why = kit.requirements()
     if why:
         pytest.skip(why)
-    crd_file = KUBERAY / "ray.io_rayclusters.yaml"
-    if not crd_file.exists():
-        pytest.skip(f"{crd_file} is absent: KubeRay's CRD is read from beside the checkout, never copied in")
+    why = kuberaykit.present(KUBERAY_VERSION)
+    if why:
+        pytest.skip(why)
     tools = k8s_tools()
     workdir = tmp_path_factory.mktemp("realpods")
     with kit.lock():
@@ -200,17 +223,26 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             t0 = time.monotonic()
             refs = images.ensure(["sidecar", "operator", "ray"], kubelet_home=home, workdir=workdir)
             print(f"\nreal pods: kubelet up in {kl.up_seconds:.0f} s, images ready in {time.monotonic() - t0:.0f} s")
-            yield from _installed(kl, refs, workdir, crd_file)
+            yield from _installed(kl, refs, workdir)
         finally:
             kl.down()
 
 
-def _installed(kl: kit.Kubelet, refs: dict[str, str], workdir: Path, crd_file: Path) -> Iterator[Cluster]:
+def _installed(kl: kit.Kubelet, refs: dict[str, str], workdir: Path) -> Iterator[Cluster]:
     api = kl.admin()
     for ns in (NS, RELEASE_NS):
         api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
-    kl.kubectl("apply", "--server-side", "-f", str(crd_file))
-    kl.wait_established("rayclusters.ray.io")
+    # KubeRay's CRDs of its version come with it (kuberay-up.sh installs them).
+    kuberay = kuberaykit.KubeRay(kl, KUBERAY_VERSION, [NS], workdir / "kuberay", env=KUBERAY_ENV)
+    try:
+        kl.wait_established("rayclusters.ray.io")
+        print(f"real pods: KubeRay {KUBERAY_VERSION} and the scheduler up in {kuberay.up_s:.0f} s")
+        yield from _guarded(kl, kuberay, refs, workdir)
+    finally:
+        kuberay.stop()
+
+
+def _guarded(kl: kit.Kubelet, kuberay: kuberaykit.KubeRay, refs: dict[str, str], workdir: Path) -> Iterator[Cluster]:
     port = free_port()
     sidecar_repo, sidecar_tag = refs["sidecar"].rsplit(":", 1)
     op_repo, op_tag = refs["operator"].rsplit(":", 1)
@@ -228,16 +260,16 @@ def _installed(kl: kit.Kubelet, refs: dict[str, str], workdir: Path, crd_file: P
         "MEMORYGUARD_DRAIN": "true", "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60"})
     log = workdir / "operator.log"
     ports = {"sidecar": port, "gcs": free_port()}
-    with KubeRay(kl, NS) as kuberay, open(log, "wb") as out:
+    with PodRecorder(kl, NS) as recorder, open(log, "wb") as out:
         operator = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
         try:
-            yield Cluster(kl, kuberay, operator, log, workdir, ports)
+            yield Cluster(kl, kuberay, recorder, operator, log, workdir, ports)
         finally:
             stop(operator, timeout=20)
             (workdir / "pods-as-run.yaml").write_text(yaml.safe_dump_all(
                 [{"metadata": {k: p["metadata"].get(k) for k in ("name", "labels", "annotations")},
-                  "spec": p.get("spec"), "statusHistory": [s for _, s in kuberay.history.get(
-                      p["metadata"]["name"], [])]} for p in kuberay.seen.values()]))
+                  "spec": p.get("spec"), "statusHistory": [s for _, s in recorder.history.get(
+                      p["metadata"]["name"], [])]} for p in recorder.seen.values()]))
             print(f"real pods: the pod specs as the kubelet ran them, with their statuses: "
                   f"{workdir / 'pods-as-run.yaml'}")
 
@@ -259,9 +291,10 @@ def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(cluster: Clus
     # Strict: a field the CRD does not know is refused, not pruned in silence.
     c.api.ok("POST", GUARDS, _guard(c.ports["sidecar"], images.project_ref("sidecar")),
              params={"fieldValidation": "Strict"})
-    # The operator patches the guarded group's template; the stand-in makes
-    # pods from templates as they are when it makes them: the first guarded
-    # pod may predate the patch, and is replaced by deleting it (as a user would).
+    # The operator patches the guarded group's template; KubeRay makes pods
+    # from templates as they are when it makes them (it never replaces a pod
+    # for a template change): the first guarded pod may predate the patch, and
+    # is replaced by deleting it (as a user would).
     c.wait_for(lambda: _has_sidecar(c.api.ok(
         "GET", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/real-rc")["spec"]["workerGroupSpecs"][0]
         ["template"]["spec"]), 60, "the sidecar injected into the guarded group's template")
@@ -375,7 +408,7 @@ def test_a_real_leak_is_rotated_before_the_kernel_kills_it(cluster: Cluster) -> 
     c.facts.update(lead_s=lead)
     # The guarded pod was never OOM-killed: not in its statuses, not in its cgroup's counter.
     assert guarded_oom and max(guarded_oom) == 0, guarded_oom
-    for _, s in c.kuberay.history.get(g_name, []):
+    for _, s in c.recorder.history.get(g_name, []):
         for cs in s.get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated") or {}
             assert term.get("reason") != "OOMKilled", (g_name, cs)
@@ -396,8 +429,8 @@ def test_no_ray_pod_was_ever_not_ready_while_running(cluster: Cluster) -> None:
     """The injected sidecar has a liveness probe and no readiness probe: its
     health never decides whether a Ray pod serves."""
     c = cluster
-    for name, history in c.kuberay.history.items():
-        pod = c.kuberay.seen[name]
+    for name, history in c.recorder.history.items():
+        pod = c.recorder.seen[name]
         if not _has_sidecar(pod["spec"]):
             continue
         was_ready = False

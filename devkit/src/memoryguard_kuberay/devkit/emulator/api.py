@@ -232,6 +232,15 @@ class EmulatedApi(ObjectStore, kmock.KubernetesScaffold):  # type: ignore[misc] 
         if method == "GET":
             return jcopy(old)
         if method == "DELETE":
+            # DeleteOptions' preconditions, as the real server: a delete of
+            # the object as read, refused (409) once it was written since.
+            pre = (request.data.get("preconditions") or {}) if isinstance(request.data, dict) else {}
+            for field, have in (("uid", old["metadata"].get("uid")),
+                                ("resourceVersion", old["metadata"]["resourceVersion"])):
+                if pre.get(field) is not None and pre[field] != have:
+                    raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {k.plural} "{name}": '
+                                                    f"Precondition failed: {field}: {pre[field]}, {field} in object "
+                                                    f"meta: {have}")
             self.deletes.append((k.plural, ns, name))
             return self.delete_object(k, key)
         if method in ("PATCH", "PUT"):

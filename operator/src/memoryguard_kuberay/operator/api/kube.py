@@ -268,10 +268,10 @@ class Kube:
         await self.request("PATCH", _path(MEMORYGUARDS, namespace, name, "status"), json={"status": dict(status)},
                            content_type="application/merge-patch+json")
 
-    async def _delete_if_there(self, path: str) -> None:
+    async def _delete_if_there(self, path: str, options: Mapping[str, Any] | None = None) -> None:
         """DELETE; an object already gone is what was wanted."""
         try:
-            await self.request("DELETE", path)
+            await self.request("DELETE", path, json=None if options is None else dict(options))
         except ApiError as e:
             if not isinstance(e, NotFound):
                 raise
@@ -336,8 +336,10 @@ class Kube:
     async def list_leases(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         return await self.list_all(_path(LEASES, namespace), {"labelSelector": label_selector})
 
-    async def delete_lease(self, namespace: str, name: str) -> None:
-        await self._delete_if_there(_path(LEASES, namespace, name))
+    async def delete_lease(self, namespace: str, name: str, *, resource_version: str | None = None) -> None:
+        """``resource_version``: only the Lease as read (409 when written since)."""
+        await self._delete_if_there(_path(LEASES, namespace, name), None if resource_version is None else {
+            "apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"resourceVersion": resource_version}})
 
     async def list_all_guards(self) -> list[dict[str, Any]]:
         doc = await self.request("GET", _path(MEMORYGUARDS, None))

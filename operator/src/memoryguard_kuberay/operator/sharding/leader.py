@@ -94,6 +94,10 @@ class LeaderElector:
                 if isinstance(e, Conflict):
                     return False  # another replica created it first
                 raise
+            if self.last_renewed is not None:
+                # Held before and gone since: another replica may have held it
+                # and deleted it (the last one's clean exit): a take, not a renewal.
+                self.takeovers += 1
             self.last_renewed = now
             return True
         self.observe(lease, now)

@@ -126,6 +126,7 @@ class ShardKeeper:
         self.terms: Counter[int] = Counter()  # bumped on every take: a guard's memory from before is stale
         self.active: Counter[int] = Counter()  # cycles in flight, per shard
         self.seen: dict[str, tuple[tuple[Any, ...], float]] = {}  # presence Lease -> (record, when it changed)
+        self.alone = False  # no other replica alive at the last list (then close() deletes the free Leases)
         # The size of the work, for placing shards by pods: per held shard,
         # each of its guards as its last cycle counted its pods. A shard is
         # here once one of its guards has counted since this replica took it
@@ -270,6 +271,7 @@ class ShardKeeper:
             elif now - old[1] > FORGET_AFTER * duration:
                 await self.kube.delete_lease(cfg.namespace, name)  # a replica long gone
                 self.seen.pop(name, None)
+        self.alone = live == {cfg.identity}
         agreed = shardplan.agreed(self.shards, counts)
         if agreed != self.agreed:
             log.warning("live replicas %s split the work into the same number of shards (%d) as this one",
@@ -342,7 +344,12 @@ class ShardKeeper:
             await asyncio.sleep(self.cfg.renew_s)
 
     async def close(self) -> None:
-        """A clean exit: every shard given up, so the others take them at once."""
+        """A clean exit: every shard given up, so the others take them at once.
+        The last replica (no other seen alive at its last list: a
+        ``helm uninstall``, with or without its hooks, or a scale to 0) also
+        deletes the shard Leases nobody holds, so the release leaves none
+        behind; each delete is conditional on the Lease as read, so a replica
+        that took one meanwhile keeps it (409: left alone)."""
         for task in list(self._tasks):
             task.cancel()
         for s in sorted(self.held):
@@ -350,4 +357,11 @@ class ShardKeeper:
             await self.electors[s].release()
         with contextlib.suppress(ApiError, OSError):
             await self.kube.delete_lease(self.cfg.namespace, self.presence.cfg.name)
+        if self.alone:
+            for e in self.electors:
+                with contextlib.suppress(ApiError, OSError):
+                    lease = await self.kube.get_lease(self.cfg.namespace, e.cfg.name)
+                    if lease and not (lease.get("spec") or {}).get("holderIdentity"):
+                        await self.kube.delete_lease(self.cfg.namespace, e.cfg.name,
+                                                     resource_version=lease["metadata"].get("resourceVersion"))
 
