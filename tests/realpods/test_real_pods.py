@@ -327,6 +327,15 @@ def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(cluster: Clus
                          "/var/run/secrets/kubernetes.io/serviceaccount").stdout
     assert token.strip() == "", token
     c.facts.update(sidecar_id=ids.strip(), ray_id=ray_ids.strip(), source=doc["source"])
+    # The object store, read from the raylet's metrics on KubeRay's port
+    # (ray[default], as Ray's images have it): its capacity is this node's
+    # --object-store-memory.
+    store = c.wait_for(lambda: (d := _samples(c.ports["sidecar"])) and d["samples"][-1].get("plasma_capacity")
+                       and d["samples"][-1], 90, "the sidecar's object-store figures from the raylet")
+    print(f"real pods: the object store as the sidecar reads it: used {store['plasma_used']} of "
+          f"{store['plasma_capacity']} bytes, spilled {store['plasma_spilled']}")
+    assert store["plasma_capacity"] == pytest.approx(80_000_000, rel=0.05), store
+    assert store["plasma_used"] is not None and store["plasma_used"] < store["plasma_capacity"]
 
 
 def _has_sidecar(spec: dict[str, Any]) -> bool:
@@ -364,6 +373,7 @@ def test_a_real_leak_is_rotated_before_the_kernel_kills_it(cluster: Cluster) -> 
     assert _oom_kills(control, "ray-worker") == 0
     driver_log = c.workdir / "driver.log"
     guarded_oom: list[int] = []  # the guarded container's OOM kills, as its sidecar reads them
+    store_used: list[int] = []  # its object store's bytes in use, as its sidecar reads them
     with open(driver_log, "wb") as out:
         driver = subprocess.Popen([str(c.kl.tools / "kubectl"), "exec", "-i", head["metadata"]["name"], "-n", NS,
                                    "-c", "ray-head", "--", "python", "-", str(LEAK_MIB_PER_S), "900"],
@@ -382,6 +392,7 @@ def test_a_real_leak_is_rotated_before_the_kernel_kills_it(cluster: Cluster) -> 
                 doc = _samples(c.ports["sidecar"])
                 if doc:
                     guarded_oom.extend(s["oom_kill"] for s in doc["samples"][-3:] if s["oom_kill"] is not None)
+                    store_used.extend(s["plasma_used"] for s in doc["samples"][-3:] if s["plasma_used"] is not None)
                 return [e for e in c.events("WorkerEvicted") if e["involvedObject"].get("kind") == "MemoryGuard"]
 
             events = c.wait_for(evicted, 900, "the guarded worker evicted")
@@ -408,6 +419,11 @@ def test_a_real_leak_is_rotated_before_the_kernel_kills_it(cluster: Cluster) -> 
     c.facts.update(lead_s=lead)
     # The guarded pod was never OOM-killed: not in its statuses, not in its cgroup's counter.
     assert guarded_oom and max(guarded_oom) == 0, guarded_oom
+    # The leaking actor's ObjectRefs (128 KiB a second, never released) fill
+    # the real store, and the sidecar saw it grow.
+    assert store_used and max(store_used) - min(store_used) >= 4 * MIB, (min(store_used), max(store_used))
+    print(f"real pods: the guarded worker's object store grew from {min(store_used) / MIB:.1f} to "
+          f"{max(store_used) / MIB:.1f} MiB while it leaked")
     for _, s in c.recorder.history.get(g_name, []):
         for cs in s.get("containerStatuses") or []:
             term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated") or {}

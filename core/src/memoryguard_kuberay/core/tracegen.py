@@ -79,6 +79,11 @@ class Shape:
     limit_raise_to_gib: float = 0.0
     grow_into: float = 0.0
     grow_s: float = 3600.0
+    # A ramp: from ramp_at_s the working set climbs by ramp_to (of the limit)
+    # over ramp_s, then holds (a cache filled, or a model loaded, hours in).
+    ramp_at_s: float = 0.0
+    ramp_to: float = 0.0
+    ramp_s: float = 3600.0
     # Sidecar outages: this many gaps of 10-60 minutes with no rows.
     gaps: int = 0
     no_psi: bool = False  # a host without PSI: pressure columns empty
@@ -150,6 +155,8 @@ def generate(shape: Shape) -> Iterator[Sample]:
             frac += shape.warmup_amp * (1 - math.exp(-t / shape.warmup_tau_s))
         if shape.cache_amp:
             frac += shape.cache_amp * (1 - math.exp(-t / shape.cache_tau_s))
+        if shape.ramp_to and t > shape.ramp_at_s:
+            frac += shape.ramp_to * min(1.0, (t - shape.ramp_at_s) / shape.ramp_s)
         if shape.spike_amp and (t % shape.spike_every_s) < shape.spike_len_s:
             frac += shape.spike_amp
         if shape.leak_peak_only:

@@ -45,6 +45,12 @@ def example_shapes(seed: int = 7) -> list[Shape]:
               duration_s=60 * 3600, seed=seed + 41),
         Shape("leak_no_psi_no_store", "leak", limit_gib=24, base=0.3, leak_per_h=0.05, no_psi=True,
               no_store_metrics=True, duration_s=60 * 3600, seed=seed + 42),
+        # Issue 39: growth that begins after half a day flat (the whole
+        # window's trend lags it), and its healthy twin, a ramp that holds.
+        Shape("leak_after_flat_day", "leak", base=0.45, leak_per_h=0.18, leak_start_s=12 * 3600,
+              duration_s=18 * 3600, seed=seed + 43),
+        Shape("healthy_ramp_after_flat_day", "healthy", base=0.45, ramp_at_s=12 * 3600, ramp_to=0.25,
+              ramp_s=3600, duration_s=24 * 3600, seed=seed + 44),
     ]
 
 

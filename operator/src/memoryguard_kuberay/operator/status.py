@@ -18,7 +18,7 @@ from memoryguard_kuberay.operator.sidecars.sidecar_client import NOT_FAULTS, Pol
 AT_RISK = frozenset({Reason.PROJECTED_OOM, Reason.NODE_MEMORY_RUNNING_OUT, Reason.CRITICAL_USAGE,
                      Reason.MEMORY_PRESSURE, Reason.OOM_KILLED,
                      Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL, Reason.ROTATION_DEFERRED,
-                     Reason.ROTATION_IN_PROGRESS})
+                     Reason.ROTATION_IN_PROGRESS, Reason.NEAR_LIMIT})
 MAX_RECENT = ledger.MAX_RECENT
 # A status must stay far below what etcd stores (about 1.5 MiB an object) at
 # any scale: every pod is listed up to MAX_PODS_LISTED, beyond that only those

@@ -178,6 +178,14 @@ def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHist
             return [Decision(Action.NONE, Reason.NO_LIMIT, f"{summary(ev)}; no memory limit: judged against the "
                              f"node, {fmt_bytes(ev.node_ceiling_bytes)} reachable now{tail}", ev)]
         return [Decision(Action.NONE, Reason.NO_LIMIT, f"{summary(ev)}; no memory limit to project to", ev)]
+    if last.used_fraction is not None and last.used_fraction >= settings.critical_fraction:
+        # At the limit's edge, before criticalForSeconds have passed (or in
+        # warm-up): not a rotation yet, but never "Healthy" (issue 39: a real
+        # pod read Healthy at 97% until the kernel killed it).
+        held = window.critical.held_for(now_s)
+        return [Decision(Action.NONE, Reason.NEAR_LIMIT,
+                         f"{summary(ev)}; at or above {settings.critical_fraction:.0%} of the limit for "
+                         f"{fmt_duration(held)}, rotated once it holds {fmt_duration(settings.critical_for_s)}", ev)]
     if window.age_s < settings.trend_min_span_s:
         return [Decision(Action.NONE, Reason.WARMING_UP,
                          f"{summary(ev)}; trend needs {fmt_duration(settings.trend_min_span_s)} of history", ev)]

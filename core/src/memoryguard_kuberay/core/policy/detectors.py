@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from memoryguard_kuberay.core.policy.window import HoldTimer, PodWindow, Series
+from memoryguard_kuberay.core.policy.projection import Projection, project
+from memoryguard_kuberay.core.policy.window import HoldTimer, PodWindow
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_oom_in, fmt_rate
 
@@ -21,50 +22,6 @@ class Verdict:
 
 NO = Verdict(False)
 PLATEAU_HORIZON_S = 86400.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Projection:
-    """A trend projected to a ceiling."""
-
-    slope_per_s: float
-    level: float  # trend level now, plus how far peaks ride above it
-    eta_s: float | None  # None: not growing towards the ceiling
-    sustained: bool  # enough history, fast enough, not slowing down
-    why_not: str  # when not sustained: why
-
-
-def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: float,
-            settings: PolicySettings, min_span_s: float | None = None, min_tau: float | None = None,
-            highest_peaks: bool = False) -> Projection | None:
-    """Project a series' trend to ``ceiling``. None before any fit exists.
-    The span and consistency needed default to the trend settings'; peaks
-    ride above the trend by their median offset, or by their highest."""
-    fit = series.fit
-    if fit is None:
-        return None
-    slope = fit.line.slope
-    level = fit.level_at(now_s) + (fit.peak_max_offset if highest_peaks else fit.peak_offset)
-    # The time left at the recent pace when that is slower: growth that
-    # eases off towards a daily peak is not projected at its morning pace.
-    recent = fit.recent_slope
-    pace = min(slope, recent) if recent is not None and recent > 0 else slope
-    eta = (ceiling - level) / pace if slope > 0 else None
-    if eta is not None and eta < 0:
-        eta = 0.0
-    why_not = ""
-    if fit.span_s < (settings.trend_min_span_s if min_span_s is None else min_span_s):
-        why_not = f"only {fmt_duration(fit.span_s)} of history"
-    elif slope < min_slope_per_s:
-        why_not = "no sustained growth"
-    elif fit.line.tau < (settings.trend_min_consistency if min_tau is None else min_tau):
-        why_not = f"growth is not consistent (Kendall tau {fit.line.tau:.2f})"
-    elif recent is None or recent < settings.deceleration_ratio * max(
-            slope, fit.early_slope if fit.early_slope is not None else slope):
-        why_not = "growth is slowing down (warm-up or a cache filling to its bound)"
-    elif fit.top is not None and fit.top[0] > now_s and fit.top[1] + fit.peak_offset < ceiling:
-        why_not = f"growth is levelling off below the limit, topping out in {fmt_duration(fit.top[0] - now_s)}"
-    return Projection(slope_per_s=slope, level=level, eta_s=eta, sustained=not why_not, why_not=why_not)
 
 
 RESIZE_SETTLE_WINDOWS = 2  # trend windows the trend waits after an in-place resize
@@ -81,7 +38,7 @@ def creep_projection(window: PodWindow, settings: PolicySettings,
     if not limit:
         return NO, None
     p = project(window.used, now_s=now_s, ceiling=OOM_AT * limit,
-                min_slope_per_s=settings.min_growth_fraction_per_h * limit / 3600.0, settings=settings)
+                min_slope_per_s=settings.min_growth_fraction_per_h * limit / 3600.0, settings=settings, onset=True)
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
         return NO, p
     if window.resized and window.age_s < RESIZE_SETTLE_WINDOWS * settings.trend_window_s:
@@ -188,7 +145,8 @@ def node_projection(window: PodWindow, settings: PolicySettings,
     if window.limit_bytes or not ceiling or not window.used.buckets:
         return NO, None
     p = project(window.used, now_s=now_s, ceiling=ceiling,
-                min_slope_per_s=settings.min_growth_fraction_per_h * ceiling / 3600.0, settings=settings)
+                min_slope_per_s=settings.min_growth_fraction_per_h * ceiling / 3600.0, settings=settings,
+                onset=True)
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
         return NO, p
     if not new_ground(window, since_s=now_s - settings.trend_window_s, level=window.used.buckets[-1].mean,

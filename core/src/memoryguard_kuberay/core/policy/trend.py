@@ -61,9 +61,10 @@ def _line(slopes: list[float], ts: Sequence[float], ys: Sequence[float]) -> Line
 
 
 def theil_sen_with_halves(ts: Sequence[float], ys: Sequence[float], *, k: int,
-                          s0: int = 0) -> tuple[Line | None, float | None, float | None]:
-    """``theil_sen(ts, ys)``, with the slopes of ``theil_sen(ts[k:], ys[k:])``
-    and ``theil_sen(ts[s0:k], ys[s0:k])`` (None under three points), from one
+                          s0: int = 0) -> tuple[Line | None, Line | None, float | None]:
+    """``theil_sen(ts, ys)``, with ``theil_sen(ts[k:], ys[k:])`` (the recent
+    half's line: the onset of growth reads its slope, level and consistency)
+    and the slope of ``theil_sen(ts[s0:k], ys[s0:k])`` (None under three points), from one
     set of pairwise slopes: a half's pairs are among the whole's, so each
     division is made once (the halves were a third of the policy's time,
     issue 25). The same doubles as three separate fits. ``ts`` strictly
@@ -78,7 +79,7 @@ def theil_sen_with_halves(ts: Sequence[float], ys: Sequence[float], *, k: int,
     line = _line(slopes, ts, ys)
     # Pairs within [k, n): every later point of rows k..n-1. Within [s0, k):
     # row i's first k-1-i slopes.
-    recent = median([x for row in rows[k:] for x in row]) if n - k >= 3 else None
+    recent = _line(sorted(x for row in rows[k:] for x in row), ts[k:], ys[k:]) if n - k >= 3 else None
     early = median([x for i in range(s0, k) for x in rows[i][:k - 1 - i]]) if k - s0 >= 3 else None
     return line, recent, early
 

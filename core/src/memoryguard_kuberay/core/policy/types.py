@@ -23,6 +23,7 @@ class Reason(str, enum.Enum):
     SAMPLES_STALE = "SamplesStale"
     ROTATION_DEFERRED = "RotationDeferred"
     ROTATION_IN_PROGRESS = "RotationInProgress"
+    NEAR_LIMIT = "NearLimit"  # at criticalPercent, not held long enough yet: never "Healthy"
     # Rotate.
     OOM_KILLED = "OOMKillSeen"
     RAPID_GROWTH = "RapidGrowth"

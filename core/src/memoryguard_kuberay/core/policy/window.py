@@ -123,9 +123,9 @@ class TrendFit:
     """A trend over the window's buckets, in the series' own units."""
 
     line: Line  # whole window
-    # The slopes of the recent half and of the earlier half alone (the rules
-    # read nothing else of those fits: a Line each was a tenth of a pod's state).
-    recent_slope: float | None
+    # The recent half's line (its slope the pace; all of it the onset of
+    # growth after a flat stretch) and the early half's slope alone.
+    recent: Line | None
     early_slope: float | None
     span_s: float  # time covered by the fitted buckets
     peak_offset: float  # median of (bucket peak - line): how far peaks ride above the trend
@@ -240,7 +240,7 @@ class Series:
         if line is None:
             return None
         offsets = [peak - line.at(t) for peak, t in zip(bs.column(2), ts)]
-        return TrendFit(line=line, recent_slope=recent, early_slope=early, span_s=ts[-1] - ts[0] + self.bucket_s,
+        return TrendFit(line=line, recent=recent, early_slope=early, span_s=ts[-1] - ts[0] + self.bucket_s,
                         peak_offset=max(0.0, median(offsets)), peak_max_offset=max(0.0, *offsets),
                         top=concave_top(ts[s0:], ys[s0:]))
 

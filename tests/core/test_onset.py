@@ -1,0 +1,124 @@
+"""Growth that begins after a flat stretch (issue 39, cause 6): the whole
+window's trend is a blend of the flat part and the climb and lags both; the
+recent half's own line says where memory is and how fast it grows. And a
+pod at the limit's edge is never "Healthy"."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from memoryguard_kuberay.core.policy import Action, Reason, RotationHistory, decide, projection
+from memoryguard_kuberay.core.policy.window import PodWindow
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.core.simulate import replay
+
+GIB = 1 << 30
+LIMIT = 16 * GIB
+
+
+def sample(t: float, used: float) -> Sample:
+    u = int(used)
+    return Sample(time_s=float(t), memory_current_bytes=u + GIB // 2, memory_max_bytes=LIMIT, anon_bytes=u,
+                  file_bytes=GIB // 2, inactive_file_bytes=GIB // 4, shmem_bytes=0, oom_kill_count=0)
+
+
+def flat_then(*, flat_h: float, growth: Callable[[float], float], end_h: float, seed: int = 1) -> list[Sample]:
+    """Flat at 45% of the limit for ``flat_h`` hours with noise, then
+    ``growth(seconds since the onset)`` bytes on top, sampled every 15 s,
+    until the OOM point or ``end_h``."""
+    rnd = random.Random(seed)
+    out = []
+    for t in range(0, int(end_h * 3600), 15):
+        used = 0.45 * LIMIT + growth(max(0.0, t - flat_h * 3600)) + rnd.gauss(0, 0.004 * LIMIT)
+        if used >= 0.99 * LIMIT:
+            break
+        out.append(sample(t, used))
+    return out
+
+
+def test_a_leak_after_hours_of_flat_memory_is_projected_at_its_own_pace() -> None:
+    # Flat for 6 h, then a leak that reaches the OOM point 3 h later.
+    rate = 0.54 * LIMIT / (3 * 3600)
+    samples = flat_then(flat_h=6, growth=lambda s: rate * s, end_h=12)
+    oom_at = samples[-1].time_s
+    settings = PolicySettings()
+    result = replay("onset", samples, settings)
+    assert result.first_rotation_s is not None
+    first = next(td for td in result.decisions if td.decision.action is Action.ROTATE)
+    assert first.decision.reason is Reason.PROJECTED_OOM, first.decision.message
+    # An hour or more ahead (the whole window's line alone gave 0.68 h here).
+    assert oom_at - result.first_rotation_s >= 3600, (oom_at - result.first_rotation_s) / 3600
+    # The pace it says is the leak's own, not the blend's.
+    slope = first.decision.evidence.slope_bytes_per_h
+    assert slope is not None and abs(slope - rate * 3600) < 0.2 * rate * 3600, (slope, rate * 3600)
+
+
+def _window_until(samples: list[Sample], t: float, settings: PolicySettings) -> PodWindow:
+    window = PodWindow(settings)
+    for s in samples:
+        if s.time_s > t:
+            break
+        window.add(s)
+    return window
+
+
+def test_the_onset_reads_the_recent_half_only_when_it_rises_steadily() -> None:
+    # Where the window's line lags (flat 6 h, climbing for 1.8 h), the onset
+    # projection is the recent half's; a flat window has none.
+    rate = 0.54 * LIMIT / (3 * 3600)
+    settings = PolicySettings()
+    samples = flat_then(flat_h=6, growth=lambda s: rate * s, end_h=12)
+    t_check = 6 * 3600 + 1.8 * 3600
+    window = _window_until(samples, t_check, settings)
+    fit = window.used.fit
+    assert fit is not None and fit.recent is not None and fit.recent.tau >= projection.ONSET_MIN_TAU
+    blended = projection.project(window.used, now_s=t_check, ceiling=0.99 * LIMIT, min_slope_per_s=0.0,
+                                settings=settings)
+    onset = projection.project(window.used, now_s=t_check, ceiling=0.99 * LIMIT, min_slope_per_s=0.0,
+                              settings=settings, onset=True)
+    assert blended is not None and onset is not None
+    assert blended.eta_s is not None and blended.eta_s > settings.horizon_s  # the blend: hours away
+    assert onset.eta_s is not None and onset.sustained and onset.eta_s <= settings.horizon_s, onset
+    # Twenty minutes earlier the same climb was within the horizon but new:
+    # watched a quarter of an hour more (a ramp that levels off shows it then).
+    early = _window_until(samples, t_check - 1200, settings)
+    watched = projection.project(early.used, now_s=t_check - 1200, ceiling=0.99 * LIMIT, min_slope_per_s=0.0,
+                                settings=settings, onset=True)
+    assert watched is not None and not watched.sustained and "new climb" in watched.why_not, watched
+    flat = _window_until(flat_then(flat_h=99, growth=lambda s: 0.0, end_h=8), 8 * 3600, settings)
+    assert flat.used.fit is not None
+    assert projection.onset_projection(flat.used, flat.used.fit, now_s=8 * 3600, ceiling=0.99 * LIMIT,
+                                       min_slope_per_s=0.0, settings=settings, min_span_s=None) is None
+
+
+def test_a_ramp_that_levels_off_after_a_flat_stretch_is_no_leak() -> None:
+    # Flat for 6 h, a ramp of 1 or 1.5 h to 70% of the limit, then held: a
+    # cache filled late, a model loaded late. While it climbs it is a leak's
+    # onset to any reader; once it levels off the onset reading stops (its
+    # last half hour no longer climbs), and nothing rotates it. (A ramp that
+    # stops at 80-90% is rotated while it climbs, as it was before the onset
+    # reading: at that height it cannot be told from a leak in time.)
+    for ramp_h in (1.0, 1.5):
+
+        def ramp(s: float, ramp_h: float = ramp_h) -> float:
+            return 0.25 * LIMIT * min(1.0, s / (ramp_h * 3600))
+
+        samples = flat_then(flat_h=6, growth=ramp, end_h=14)
+        assert replay("ramp", samples, PolicySettings()).first_rotation_s is None, ramp_h
+
+
+def test_a_pod_at_the_limit_s_edge_is_never_healthy() -> None:
+    # 4 h at 50%, then a jump to 97% held for a minute: not long enough for
+    # CriticalUsage (15 minutes), and not "Healthy" either.
+    settings = PolicySettings()
+    window = PodWindow(settings)
+    samples = [sample(t, 0.5 * LIMIT) for t in range(0, 4 * 3600, 15)]
+    samples += [sample(4 * 3600 + t, 0.97 * LIMIT) for t in range(0, 60, 15)]
+    for s in samples:
+        window.add(s)
+    now = samples[-1].time_s
+    [d] = decide(settings=settings, window=window, history=RotationHistory(), now_s=now)
+    assert d.action is Action.NONE and d.reason is Reason.NEAR_LIMIT, d
+    assert "97%" in d.message and "15 m" in d.message, d.message
