@@ -325,6 +325,20 @@ async def test_the_last_replica_s_clean_exit_leaves_no_lease_of_the_release(kube
     assert left == [], left
 
 
+async def test_the_release_s_service_account_owns_every_lease(kube) -> None:
+    """helm uninstall deletes the ServiceAccount after the operator's RBAC
+    (so a replica's own clean-up is refused by then); the garbage collector
+    deletes what the ServiceAccount owns."""
+    api, k = kube
+    ca = Clock()
+    kp = ShardKeeper(k, ShardConfig("default", "mg", "a", S, owner=("mg-memoryguard", "uid-1")), clock=ca)
+    await settle((kp, ca), ticks=JOIN)
+    leases = api.objects("leases", "default")
+    assert len(leases) == S + 1  # the shards and the replica's presence
+    assert all(o["metadata"].get("ownerReferences") == [{"apiVersion": "v1", "kind": "ServiceAccount",
+                                                           "name": "mg-memoryguard", "uid": "uid-1"}] for o in leases)
+
+
 async def test_the_last_replica_deletes_a_free_lease_only_as_it_read_it(kube) -> None:
     """A Lease written between the last replica's read and its delete (a new
     replica taking it) is not deleted: the delete is conditional (409)."""

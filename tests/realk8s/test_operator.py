@@ -426,6 +426,14 @@ def test_helm_uninstall_with_guards_present_completes(release: Release) -> None:
     r = release
     r.put_guard(_guard("left-guard", "leak-rc", sidecar={"inject": True, "port": PORT}))
     r.wait_for(lambda: (r.api.get(f"{GUARDS}/left-guard") or {}).get("status"), 60, "left-guard reconciled")
+    # The operator's Leases are owned by the chart's ServiceAccount (read from
+    # its token): the garbage collector deletes them once helm deletes it.
+    sa_uid = r.api.ok("GET", f"/api/v1/namespaces/{RELEASE_NS}/serviceaccounts/{SA}")["metadata"]["uid"]
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NS}/leases"
+    ours = {"labelSelector": f"memoryguard.io/lease-set={RELEASE}"}
+    held = r.api.ok("GET", leases, params=ours)["items"]
+    assert held and all([(o["kind"], o["name"], o["uid"]) for o in i["metadata"].get("ownerReferences") or []]
+                        == [("ServiceAccount", SA, sa_uid)] for i in held), [i["metadata"] for i in held]
     stop = threading.Event()
     hooks = threading.Thread(target=r.standin.run_hook_pods, args=(RELEASE_NS, stop), daemon=True)
     hooks.start()
@@ -456,6 +464,8 @@ def test_helm_uninstall_with_guards_present_completes(release: Release) -> None:
     except AssertionError:
         assert left() == [], left()
         raise
+    r.wait_for(lambda: r.api.ok("GET", leases, params=ours)["items"] == [], 60,
+               "the operator's Leases deleted with the ServiceAccount that owns them")
     assert r.api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/memoryguards.memoryguard.io")
 
 

@@ -51,7 +51,7 @@ def main(argv: Sequence[str]) -> int:
     import kopf
 
     from memoryguard_kuberay.operator import config, handlers  # noqa: F401  (registers the handlers)
-    from memoryguard_kuberay.operator.api.credentials import NoCredentials, load_credentials
+    from memoryguard_kuberay.operator.api.credentials import NoCredentials, load_credentials, service_account
 
     # One settings object for the process, read and checked before anything
     # starts: a bad variable or no credentials is one line and exit 2.
@@ -71,8 +71,12 @@ def main(argv: Sequence[str]) -> int:
     standalone = a.standalone or bool(a.shards)
     # Who this replica is, in its Leases and in the memoryguard_leader metric.
     identity = f"{socket.gethostname()}-{os.getpid()}"
+    # The release's ServiceAccount owns the Leases, so they go with it
+    # (helm uninstall, with or without hooks); another credential owns none.
+    sa = service_account(credentials.token)
+    owner = (sa[1], sa[2]) if sa and sa[0] == a.lease_namespace else None
     sharding = ShardConfig(namespace=a.lease_namespace, base=a.lease_name, identity=identity,
-                           shards=a.shards) if a.shards else None
+                           shards=a.shards, owner=owner) if a.shards else None
     try:
         asyncio.run(kopf.operator(
             memo=kopf.Memo(cfg=cfg, credentials=credentials, identity=identity, sharding=sharding),

@@ -36,6 +36,9 @@ class LeaseConfig:
     renew_s: float = 3.0
     labels: tuple[tuple[str, str], ...] = ()  # set when the Lease is created (shards.py lists by them)
     annotations: tuple[tuple[str, str], ...] = ()
+    # (name, uid) of the ServiceAccount in the Lease's namespace that owns it:
+    # the garbage collector deletes the Lease with it (helm uninstall).
+    owner: tuple[str, str] | None = None
 
 
 def micro_time(t: float) -> str:
@@ -85,9 +88,13 @@ class LeaderElector:
         lease = await self.kube.get_lease(cfg.namespace, cfg.name)
         now = self.clock()
         if lease is None:
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": cfg.name, "namespace": cfg.namespace, "labels": dict(cfg.labels),
-                                 "annotations": {**dict(cfg.annotations), **(notes or {})}}, "spec": self._spec(0)}
+            meta: dict[str, Any] = {"name": cfg.name, "namespace": cfg.namespace, "labels": dict(cfg.labels),
+                                    "annotations": {**dict(cfg.annotations), **(notes or {})}}
+            if cfg.owner:
+                meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "ServiceAccount", "name": cfg.owner[0],
+                                            "uid": cfg.owner[1]}]
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta,
+                    "spec": self._spec(0)}
             try:
                 await self.kube.create_lease(cfg.namespace, body)
             except ApiError as e:

@@ -63,6 +63,7 @@ class ShardConfig:
     lease_s: float = 15.0
     renew_deadline_s: float = 10.0
     renew_s: float = 3.0
+    owner: tuple[str, str] | None = None  # the ServiceAccount owning the Leases (leader.LeaseConfig.owner)
 
 
 class AllShards:
@@ -115,7 +116,8 @@ class ShardKeeper:
         self.shards = cfg.shards
         labels = ((LABEL, cfg.base),)
         lease = functools.partial(LeaseConfig, namespace=cfg.namespace, identity=cfg.identity, lease_s=cfg.lease_s,
-                                  renew_deadline_s=cfg.renew_deadline_s, renew_s=cfg.renew_s, labels=labels)
+                                  renew_deadline_s=cfg.renew_deadline_s, renew_s=cfg.renew_s, labels=labels,
+                                  owner=cfg.owner)
         self.presence = LeaderElector(kube, lease(name=shardplan.replica_lease(cfg.base, cfg.identity),
                                                   annotations=((ANN_SHARDS, str(cfg.shards)),)),
                                       clock=clock, wall=wall)
