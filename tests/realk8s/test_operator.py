@@ -430,7 +430,7 @@ def test_helm_uninstall_with_guards_present_completes(release: Release) -> None:
     # its token): the garbage collector deletes them once helm deletes it.
     sa_uid = r.api.ok("GET", f"/api/v1/namespaces/{RELEASE_NS}/serviceaccounts/{SA}")["metadata"]["uid"]
     leases = f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NS}/leases"
-    ours = {"labelSelector": f"memoryguard.io/lease-set={RELEASE}"}
+    ours = {"labelSelector": f"memoryguard.io/lease-set={RELEASE}-memoryguard"}
     held = r.api.ok("GET", leases, params=ours)["items"]
     assert held and all([(o["kind"], o["name"], o["uid"]) for o in i["metadata"].get("ownerReferences") or []]
                         == [("ServiceAccount", SA, sa_uid)] for i in held), [i["metadata"] for i in held]
