@@ -43,7 +43,7 @@ def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: fl
     if fit is None:
         return None
     if onset and (p := onset_projection(series, fit, now_s=now_s, ceiling=ceiling, min_slope_per_s=min_slope_per_s,
-                              settings=settings, min_span_s=min_span_s)) is not None:
+                                        settings=settings, min_span_s=min_span_s)) is not None:
         return p
     slope = fit.line.slope
     level = fit.level_at(now_s) + (fit.peak_max_offset if highest_peaks else fit.peak_offset)
@@ -70,7 +70,7 @@ def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: fl
 
 
 def onset_projection(series: Series, fit: TrendFit, *, now_s: float, ceiling: float, min_slope_per_s: float,
-           settings: PolicySettings, min_span_s: float | None) -> Projection | None:
+                     settings: PolicySettings, min_span_s: float | None) -> Projection | None:
     """A leak that begins after hours of flat memory: the whole window's
     line is a blend of the flat part and the climb, so it lags both the
     level and the pace by as much as the flat part weighs (a real 1 GiB pod
