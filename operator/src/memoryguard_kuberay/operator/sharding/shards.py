@@ -347,11 +347,12 @@ class ShardKeeper:
 
     async def close(self) -> None:
         """A clean exit: every shard given up, so the others take them at once.
-        The last replica (no other seen alive at its last list: a
-        ``helm uninstall``, with or without its hooks, or a scale to 0) also
-        deletes the shard Leases nobody holds, so the release leaves none
+        The last replica (no other seen alive at its last list: a scale to
+        0) also deletes the shard Leases nobody holds, so none is left
         behind; each delete is conditional on the Lease as read, so a replica
-        that took one meanwhile keeps it (409: left alone)."""
+        that took one meanwhile keeps it (409: left alone). Under ``helm
+        uninstall`` its RBAC is gone by then: there the garbage collector
+        deletes the Leases with the ServiceAccount that owns them."""
         for task in list(self._tasks):
             task.cancel()
         for s in sorted(self.held):
