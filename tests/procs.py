@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,6 +24,42 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def quiet_ports(n: int) -> list[int]:
+    """``n`` consecutive ports free now and below the kernel's ephemeral
+    range, for servers that bind long after their ports are chosen (a Ray
+    node in a pod the kubelet starts a minute later). A port from
+    :func:`free_port` is in the ephemeral range, which every outgoing
+    connection draws its source port from: by the time the server binds it,
+    it may be some connection's (seen: a Ray agent's port taken, its raylet
+    exiting at every restart of the container). Ports below that range are
+    only ever taken by a bind that names them; the start is random, so two
+    runs on one machine do not pick the same block."""
+    top = _ephemeral_range()[0] - n
+    rng = random.Random(os.getpid() ^ time.time_ns())
+    for _ in range(200):
+        start = rng.randrange(10000, top)
+        if all(_bindable(p) for p in range(start, start + n)):
+            return list(range(start, start + n))
+    raise RuntimeError(f"no {n} free consecutive ports between 10000 and {top}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))  # conflicts with a socket on any address
+        except OSError:
+            return False
+    return True
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:

@@ -140,6 +140,29 @@ def test_a_head_no_guard_polls_gets_no_sidecar() -> None:
                for g in injected["spec"]["workerGroupSpecs"])
 
 
+@pytest.mark.parametrize("param,port", [
+    (None, 8080),  # KubeRay's DefaultMetricsPort, which it writes where none is given
+    ("9090", 9090), (9091, 9091), ("'9092'", 9092),
+    ("0", 8080), ("70000", 8080), ("$(PORT)", 8080), (True, 8080), (["1"], 8080),  # no port: Ray refuses it
+])
+def test_the_sidecar_reads_ray_metrics_where_kuberay_starts_them(param: Any, port: int) -> None:
+    """The object store's figures come from the raylet's Prometheus port:
+    the group's ``metrics-export-port`` where its rayStartParams set one."""
+    rc = _load("ray-cluster.sample.yaml")
+    group = rc["spec"]["workerGroupSpecs"][0]
+    if param is not None:
+        group.setdefault("rayStartParams", {})["metrics-export-port"] = param
+    rc["spec"]["headGroupSpec"].setdefault("rayStartParams", {})["metrics-export-port"] = "7070"
+    injected = json_patch(rc, injection.inject_patch(rc, SidecarInjection(), include_head=True))
+
+    def url(spec: dict[str, Any]) -> str:
+        side = next(c for c in spec["containers"] if c["name"] == injection.SIDECAR_NAME)
+        return next(e["value"] for e in side["env"] if e["name"] == "MEMORYGUARD_RAY_METRICS_URL")
+
+    assert url(injected["spec"]["workerGroupSpecs"][0]["template"]["spec"]) == f"http://127.0.0.1:{port}/metrics"
+    assert url(injected["spec"]["headGroupSpec"]["template"]["spec"]) == "http://127.0.0.1:7070/metrics"
+
+
 @pytest.mark.parametrize("container,pod,expected", [
     ({}, {}, (1000, 100)),  # Ray's images: user ray, uid 1000, gid 100 ("users")
     ({"runAsUser": 2000, "runAsGroup": 3000}, {}, (2000, 3000)),

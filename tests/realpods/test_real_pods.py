@@ -44,7 +44,7 @@ import yaml
 from memoryguard_kuberay.operator.rayclusters import injection
 
 from ..devworld import ROOT
-from ..procs import free_port, http_get, stop
+from ..procs import http_get, quiet_ports, stop
 from ..realk8s import kuberaykit
 from ..realk8s.controlplane import k8s_tools
 from ..realk8s.operatorproc import operator_command
@@ -104,9 +104,11 @@ LEAKER = textwrap.dedent("""
 
 class Cluster:
     def __init__(self, kl: kit.Kubelet, kuberay: kuberaykit.KubeRay, recorder: PodRecorder,
-                 operator: subprocess.Popen[bytes], log: Path, workdir: Path, ports: dict[str, int]) -> None:
+                 operator: subprocess.Popen[bytes], log: Path, workdir: Path, ports: dict[str, int],
+                 free: Iterator[int]) -> None:
         self.kl, self.api, self.kuberay, self.recorder, self.operator, self.log, self.workdir, self.ports = (
             kl, kl.admin(), kuberay, recorder, operator, log, workdir, ports)
+        self.free = free  # the run's quiet ports not yet given out
         self.facts: dict[str, Any] = {}
 
     def wait_for(self, pred: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -134,21 +136,26 @@ class Cluster:
         return [e for e in items if e.get("reason") == reason]
 
 
-def _start_params(kind: str, ip: str, gcs: int, resources: dict[str, int], ports: dict[str, int]) -> dict[str, str]:
+WORKER_PORTS = 41  # a node's range for its Ray worker processes' ports
+
+
+def _start_params(kind: str, ip: str, gcs: int, resources: dict[str, int], ports: dict[str, int],
+                  free: Iterator[int]) -> dict[str, str]:
     """A node's ``rayStartParams`` (KubeRay writes ``ray start`` from them),
-    with ports of its own: every Ray node of the cluster shares the host's
-    network here."""
-    low = free_port()
+    with ports of its own, taken from ``free``: every Ray node of the
+    cluster shares the host's network here."""
+    own = [next(free) for _ in range(5 + WORKER_PORTS)]
+    low = own[5]
     params = {"disable-usage-stats": "true", "node-ip-address": ip, "num-cpus": "1",
               # Under hostNetwork the pod's IP is the host's (and Ray registers a
               # node started at 127.0.0.1 under the host's outward address): the
               # operator finds the pod's Ray node by its name instead (raynodes.py).
               # $(MY_POD_NAME): the kubelet expands it in the args KubeRay writes.
               "node-name": "$(MY_POD_NAME)", "object-store-memory": "80000000",
-              "metrics-export-port": str(ports["metrics"]), "node-manager-port": str(free_port()),
-              "object-manager-port": str(free_port()), "dashboard-agent-listen-port": str(free_port()),
-              "dashboard-agent-grpc-port": str(free_port()), "runtime-env-agent-port": str(free_port()),
-              "min-worker-port": str(low), "max-worker-port": str(low + 40)}
+              "metrics-export-port": str(ports["metrics"]), "node-manager-port": str(own[0]),
+              "object-manager-port": str(own[1]), "dashboard-agent-listen-port": str(own[2]),
+              "dashboard-agent-grpc-port": str(own[3]), "runtime-env-agent-port": str(own[4]),
+              "min-worker-port": str(low), "max-worker-port": str(low + WORKER_PORTS - 1)}
     if resources:  # a shell word: KubeRay's command is run by bash
         params["resources"] = "'" + json.dumps(resources) + "'"
     if kind == "head":
@@ -171,24 +178,27 @@ def _template(name: str, image: str, memory: str, ports: dict[str, int]) -> dict
         "resources": {"requests": {"cpu": "100m", "memory": memory}, "limits": {"memory": memory}}}]}}
 
 
-def _raycluster(ray_image: str, gcs: int) -> dict[str, Any]:
-    # The guarded worker's Ray metrics on KubeRay's port (8080), where the
-    # injected sidecar reads them; the control's and the head's elsewhere.
-    head_ports = {"gcs-server": gcs, "metrics": free_port(), "dashboard": free_port(), "client": free_port()}
-    guarded_ports, control_ports = {"metrics": 8080}, {"metrics": free_port()}
+def _raycluster(ray_image: str, gcs: int, free: Iterator[int]) -> dict[str, Any]:
+    # Each node's Ray metrics on a port of its own (not KubeRay's 8080, which
+    # another run on this host may hold): the injected sidecar reads the
+    # guarded group's where its rayStartParams put them.
+    head_ports = {"gcs-server": gcs, "metrics": next(free), "dashboard": next(free), "client": next(free)}
+    guarded_ports, control_ports = {"metrics": next(free)}, {"metrics": next(free)}
     # 127.0.0.2: the control's Ray node is not found by the guarded pod's IP
     # (a drain looks Ray nodes up by pod IP; hostNetwork pods of one host share it).
     return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "real-rc", "namespace": NS},
             "spec": {"rayVersion": images.ray_version(),
                      "headGroupSpec": {
-                         "rayStartParams": _start_params("head", "127.0.0.1", gcs, {}, head_ports),
+                         "rayStartParams": _start_params("head", "127.0.0.1", gcs, {}, head_ports, free),
                          "template": _template("ray-head", ray_image, "2Gi", head_ports)},
                      "workerGroupSpecs": [
                          {"groupName": "guarded", "replicas": 1, "minReplicas": 0, "maxReplicas": 1,
-                          "rayStartParams": _start_params("worker", "127.0.0.1", gcs, {"guarded": 1}, guarded_ports),
+                          "rayStartParams": _start_params("worker", "127.0.0.1", gcs, {"guarded": 1}, guarded_ports,
+                                                          free),
                           "template": _template("ray-worker", ray_image, WORKER_LIMIT, guarded_ports)},
                          {"groupName": "control", "replicas": 1, "minReplicas": 0, "maxReplicas": 1,
-                          "rayStartParams": _start_params("worker", "127.0.0.2", gcs, {"control": 1}, control_ports),
+                          "rayStartParams": _start_params("worker", "127.0.0.2", gcs, {"control": 1}, control_ports,
+                                                          free),
                           "template": _template("ray-worker", ray_image, WORKER_LIMIT, control_ports)}]}}
 
 
@@ -243,7 +253,10 @@ def _installed(kl: kit.Kubelet, refs: dict[str, str], workdir: Path) -> Iterator
 
 
 def _guarded(kl: kit.Kubelet, kuberay: kuberaykit.KubeRay, refs: dict[str, str], workdir: Path) -> Iterator[Cluster]:
-    port = free_port()
+    # Every port a pod's server binds is chosen here, minutes before the
+    # kubelet starts it: all below the ephemeral range (procs.quiet_ports).
+    free = iter(quiet_ports(3 * (5 + WORKER_PORTS) + 8))
+    port = next(free)
     sidecar_repo, sidecar_tag = refs["sidecar"].rsplit(":", 1)
     op_repo, op_tag = refs["operator"].rsplit(":", 1)
     kl.helm("install", RELEASE, str(ROOT / "charts" / "memoryguard"), "-n", RELEASE_NS,
@@ -259,11 +272,11 @@ def _guarded(kl: kit.Kubelet, kuberay: kuberaykit.KubeRay, refs: dict[str, str],
     cmd, env = operator_command(kl, kubeconfig, namespace=RELEASE_NS, deployment=SA, extra_env={
         "MEMORYGUARD_DRAIN": "true", "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60"})
     log = workdir / "operator.log"
-    ports = {"sidecar": port, "gcs": free_port()}
+    ports = {"sidecar": port, "gcs": next(free)}
     with PodRecorder(kl, NS) as recorder, open(log, "wb") as out:
         operator = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
         try:
-            yield Cluster(kl, kuberay, recorder, operator, log, workdir, ports)
+            yield Cluster(kl, kuberay, recorder, operator, log, workdir, ports, free)
         finally:
             stop(operator, timeout=20)
             (workdir / "pods-as-run.yaml").write_text(yaml.safe_dump_all(
@@ -287,7 +300,7 @@ def _samples(port: int) -> dict[str, Any] | None:
 def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(cluster: Cluster) -> None:
     c = cluster
     c.api.ok("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", _raycluster(
-        images.project_ref("ray"), c.ports["gcs"]))
+        images.project_ref("ray"), c.ports["gcs"], c.free))
     # Strict: a field the CRD does not know is refused, not pruned in silence.
     c.api.ok("POST", GUARDS, _guard(c.ports["sidecar"], images.project_ref("sidecar")),
              params={"fieldValidation": "Strict"})
@@ -384,8 +397,12 @@ def test_a_real_leak_is_rotated_before_the_kernel_kills_it(cluster: Cluster) -> 
         driver.stdin.write(LEAKER.encode())
         driver.stdin.close()
         try:
-            c.wait_for(lambda: b"held guarded" in driver_log.read_bytes() and b"held control" in
-                       driver_log.read_bytes(), 120, f"both actors leaking ({driver_log})")
+            try:
+                c.wait_for(lambda: b"held guarded" in driver_log.read_bytes() and b"held control" in
+                           driver_log.read_bytes(), 120, f"both actors leaking ({driver_log})")
+            except AssertionError as e:  # Ray's own word on why first: the driver's log
+                raise AssertionError(f"--- the driver's log ---\n{driver_log.read_text(errors='replace')[-4000:]}"
+                                     f"\n{e}") from None
             started = time.time()
 
             def evicted() -> list[dict[str, Any]]:

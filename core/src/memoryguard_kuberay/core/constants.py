@@ -80,3 +80,9 @@ def sidecar_env(flag: str) -> str:
 ENV_MEMORY_LIMIT_BYTES = sidecar_env("--memory-limit-bytes")  # the downward API's limits.memory
 ENV_POD_UID = sidecar_env("--pod-uid")
 ENV_POD_NAME = sidecar_env("--pod-name")
+ENV_RAY_METRICS_URL = sidecar_env("--ray-metrics-url")
+# KubeRay's DefaultMetricsPort: the raylet's Prometheus port (``ray start
+# --metrics-export-port``) that KubeRay writes where a group's rayStartParams
+# names none (docs/facts.md).
+RAY_METRICS_PORT = 8080
+RAY_METRICS_PARAM = "metrics-export-port"

@@ -47,11 +47,24 @@ def ray_identity(pod_spec: Mapping[str, Any], ray: Mapping[str, Any]) -> tuple[i
     return pick("runAsUser", RAY_IMAGE_UID), pick("runAsGroup", RAY_IMAGE_GID)
 
 
+def metrics_port(group_spec: Mapping[str, Any]) -> int:
+    """The port a group's raylet serves its Prometheus metrics on, as
+    KubeRay starts it: the group's ``rayStartParams`` ``metrics-export-port``,
+    else KubeRay's default. A value that is no port number (the RayCluster's
+    author may write anything) reads as the default: Ray would refuse it."""
+    raw = (group_spec.get("rayStartParams") or {}).get(C.RAY_METRICS_PARAM)
+    text = str(raw).strip().strip("'\"") if isinstance(raw, str | int) and not isinstance(raw, bool) else ""
+    return int(text) if text.isdigit() and 0 < int(text) < 65536 else C.RAY_METRICS_PORT
+
+
 def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: str,
-                      identity: tuple[int, int] = (RAY_IMAGE_UID, RAY_IMAGE_GID)) -> dict[str, Any]:
+                      identity: tuple[int, int] = (RAY_IMAGE_UID, RAY_IMAGE_GID),
+                      ray_metrics_port: int = C.RAY_METRICS_PORT) -> dict[str, Any]:
     """The injected container. ``identity``: the Ray container's uid and gid,
     which the sidecar must share to read its processes (never root: a Ray
-    container running as root is read only where it shares nothing else)."""
+    container running as root is read only where it shares nothing else).
+    ``ray_metrics_port``: where the raylet of that pod serves its metrics
+    (the object store's figures come from there)."""
     uid, gid = identity
     return {
         "name": SIDECAR_NAME,
@@ -63,7 +76,8 @@ def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: 
                 # Sent with every answer: the operator drops samples from a pod
                 # that is not the one it asked (an IP taken over by another pod).
                 {"name": C.ENV_POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-                {"name": C.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                {"name": C.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": C.ENV_RAY_METRICS_URL, "value": f"http://127.0.0.1:{ray_metrics_port}{C.PATH_METRICS}"}],
         "resources": {"requests": {"cpu": s.cpu_request, "memory": s.memory_request},
                       "limits": {"memory": s.memory_limit}},
         # No readinessProbe: a pod is Ready only when all its containers are,
@@ -119,6 +133,7 @@ def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence
     for group, tpath, tpl in templates(rc, include_head=include_head):
         if groups and group not in groups and group != "headgroup":
             continue
+        group_spec = _group_spec(rc, tpath)
         spec = tpl.get("spec") or {}
         containers = list(spec.get("containers") or [])
         if not containers or _has_sidecar(spec):
@@ -137,7 +152,8 @@ def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence
             ops.append({"op": "add", "path": rpath + ("/-" if ray.get("volumeMounts") else ""),
                         "value": mount if ray.get("volumeMounts") else [mount]})
         ops.append({"op": "test", "path": f"{tpath}/spec/containers/{RAY_CONTAINER}/name", "value": ray.get("name")})
-        sidecar = sidecar_container(s, str(ray.get("name", "ray")), shm, ray_identity(spec, ray))
+        sidecar = sidecar_container(s, str(ray.get("name", "ray")), shm, ray_identity(spec, ray),
+                                    metrics_port(group_spec))
         if native:
             sidecar["restartPolicy"] = "Always"
             ops.append({"op": "add", "path": f"{tpath}/spec/initContainers" + ("/-" if spec.get("initContainers")
@@ -154,6 +170,14 @@ def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence
             ops.append({"op": "add", "path": f"{tpath}/spec/shareProcessNamespace", "value": True})
             ops.append(_annotation_op(tpath, tpl, INJECTED_ANNOTATION, "shareProcessNamespace"))
     return ops
+
+
+def _group_spec(rc: Mapping[str, Any], tpath: str) -> Mapping[str, Any]:
+    """The head's or worker group's spec whose template is at ``tpath``."""
+    node: Any = rc
+    for part in tpath.strip("/").split("/")[:-1]:  # up to the group, not its template
+        node = node[int(part)] if isinstance(node, list) else node.get(part)
+    return node if isinstance(node, Mapping) else {}
 
 
 def _remove_items(path: str, items: Sequence[Mapping[str, Any]], names: set[str]) -> list[Op]:
