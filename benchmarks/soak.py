@@ -46,6 +46,7 @@ from memoryguard_kuberay.devkit.emulator.referee import Referee
 from memoryguard_kuberay.devkit.emulator.server import EmulatorServer
 from memoryguard_kuberay.devkit.emulator.sidecar_faults import Mode, spoil
 from memoryguard_kuberay.devkit.emulator.world import load_crds, write_kubeconfig
+from memoryguard_kuberay.operator.status import pods_listed
 from memoryguard_kuberay.sidecar.replay import ReplayFeed
 
 PORT = 19308
@@ -309,7 +310,7 @@ def explain(api: EmulatedApi, truth: dict[str, tuple[str, float]], lived: dict[s
                     None)
         if said is None:
             for g in api.objects("memoryguards"):
-                pod = ((g.get("status") or {}).get("pods") or {}).get(n)
+                pod = pods_listed(g.get("status") or {}).get(n)
                 if pod:
                     said = f"last decision: {pod.get('lastDecision')}"
         out.append(f"{n}: trace {truth[n][0]} from {lived.get(n, 0) / 3600:.1f} h; {said}")

@@ -27,6 +27,7 @@ from memoryguard_kuberay.devkit.emulator.referee import PHASE, Referee
 from memoryguard_kuberay.devkit.emulator.sidecar_faults import Mode
 from memoryguard_kuberay.devkit.emulator.world import World
 from memoryguard_kuberay.operator.sharding import shardplan
+from memoryguard_kuberay.operator.status import pods_listed
 
 from ..devworld import world
 from ..operator.conftest import HEALTHY, by_worker_index, guard, leaking_pods, no_disruption, start_cluster
@@ -228,7 +229,7 @@ async def hostile_sidecars(w: World, rng: random.Random) -> None:
     assert not w.api.evictions, "a pod was evicted on hostile answers"
     assert all(op.returncode is None for op in w.operators), "the operator died"
     status = w.guard_status()
-    errors = " ".join(str(p.get("sidecarError", "")) for p in (status.get("pods") or {}).values())
+    errors = " ".join(str(p.get("sidecarError", "")) for p in pods_listed(status).values())
     assert "too large" in errors or "not JSON" in errors or "at most" in errors, errors
 
 
@@ -246,7 +247,7 @@ async def odd_answers_beside_a_leak(w: World, rng: random.Random) -> None:
     # One shape in four (a huge value in a field) still carries a usable
     # sample, so the failure is seen, not held; the verdict stays the one the
     # pod's last samples gave until they are stale.
-    await w.wait_for(lambda: any(((w.guard_status().get("pods") or {}).get(n) or {}).get("pollFailure") ==
+    await w.wait_for(lambda: any((pods_listed(w.guard_status()).get(n) or {}).get("pollFailure") ==
                                  "BadAnswer" for n in odd), 30, "pollFailure BadAnswer on an odd pod")
     for name in odd:
         await w.proxies[name].set_mode(Mode.OK)
@@ -264,7 +265,7 @@ async def sidecar_behind(w: World, rng: random.Random) -> None:
     # Past the trace's OOM: a guard acting on the stale stamps would have rotated it.
     await for_a_while(w, 16)
     assert not w.api.evictions, "rotated on samples a day old"
-    pods = w.guard_status().get("pods") or {}
+    pods = pods_listed(w.guard_status())
     said = json.dumps(pods.get(leak) or {})
     assert "old" in said or "stale" in said.lower(), f"the status does not say the samples are stale: {said}"
 
@@ -388,7 +389,7 @@ async def kuberay_never(w: World, rng: random.Random) -> None:
     await for_a_while(w, 4)
     assert len(w.api.evictions) == 1, w.api.evictions
     second = next(n for n in leaking_pods(w) if n != w.api.evictions[0][1])
-    pods = w.guard_status().get("pods") or {}
+    pods = pods_listed(w.guard_status())
     said = json.dumps(pods.get(second) or {})
     assert "short of 1 ready pod" in said, f"the status does not say why {second} waits: {said}"
 

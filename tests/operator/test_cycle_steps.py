@@ -24,6 +24,7 @@ from memoryguard_kuberay.operator.decided import Decided
 from memoryguard_kuberay.operator.metrics import OperatorMetrics
 from memoryguard_kuberay.operator.sidecars import sidecar_client
 from memoryguard_kuberay.operator.sidecars.sidecar_client import Poll, PollFailure
+from memoryguard_kuberay.operator.status import pods_listed
 
 GIB = 1024**3
 NS, GUARD = "team-a", "g"
@@ -188,8 +189,8 @@ def test_a_bad_pod_is_its_own_verdict_while_its_leaking_neighbour_is_rotated(mon
     recorded = [i for i, (k, v) in enumerate(kube.log) if k == "status" and "uid-w-leak" in str(v.get("rotations"))]
     assert recorded and recorded[0] < started
     final = loop.mem.status
-    assert final["pods"]["w-odd"]["pollFailure"] == "BadAnswer"
-    assert final["pods"]["w-leak"]["verdict"] != "BadAnswer"
+    assert pods_listed(final)["w-odd"]["pollFailure"] == "BadAnswer"
+    assert pods_listed(final)["w-leak"]["verdict"] != "BadAnswer"
     assert "uid-w-leak" in str(final["rotations"]["inFlight"])
 
 
@@ -215,7 +216,7 @@ def test_a_pod_whose_samples_break_the_policy_is_named_and_the_others_go_on(monk
     monkeypatch.setattr(sidecar_client, "poll", poll)
     loop = guarding.Guard(ctx, NS, GUARD)
     asyncio.run(guarding.cycle(loop, kube.guard))
-    pods = loop.mem.status["pods"]
+    pods = pods_listed(loop.mem.status)
     assert pods["w-weird"]["pollFailure"] == "BadAnswer" and "ArithmeticError" in pods["w-weird"]["sidecarError"]
     assert ("annotate", "w-leak") in kube.log
 

@@ -15,6 +15,7 @@ from memoryguard_kuberay.devkit.emulator import schema
 from memoryguard_kuberay.operator import crd
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.guardspec import SpecError, read_guard_spec
+from memoryguard_kuberay.operator.status import pods_listed
 
 TRUST = Trust(sidecar_images=("ghcr.io/memoryguard/memoryguard-sidecar",), policy_port=9108)
 
@@ -86,4 +87,4 @@ def test_a_blind_sidecar_makes_the_guard_degraded() -> None:
                       now_iso="2026-11-30T00:00:00Z", previous={})
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "NoMemorySource") and "w1" in degraded["message"]
-    assert status["pods"]["w1"]["verdict"] == "NoMemorySource"
+    assert pods_listed(status)["w1"]["verdict"] == "NoMemorySource"

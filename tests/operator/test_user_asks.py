@@ -15,6 +15,7 @@ from memoryguard_kuberay.operator.api import podinfo as pi
 from memoryguard_kuberay.operator.cycle import guarding
 from memoryguard_kuberay.operator.sidecars import sidecar_client
 from memoryguard_kuberay.operator.sidecars.sidecar_client import Poll
+from memoryguard_kuberay.operator.status import pods_listed
 
 from .test_cycle_steps import GUARD, NS, RC, SPEC, FakeKube, FakePods, FixedClock, _context, _guard, _pod
 
@@ -68,10 +69,10 @@ def test_a_pending_pod_and_a_pod_made_before_the_sidecar_degrade_nothing(monkeyp
     asyncio.run(guarding.cycle(loop, kube.guard))
     st = loop.mem.status
     assert asked == ["127.0.0.12"]  # the pending pod is not asked; the early one is, and nothing answers
-    assert st["pods"]["w-pending"]["pollFailure"] == "PodNotRunning" and "Pending" in st["pods"]["w-pending"][
+    assert pods_listed(st)["w-pending"]["pollFailure"] == "PodNotRunning" and "Pending" in pods_listed(st)["w-pending"][
         "sidecarError"]
-    assert st["pods"]["w-early"]["pollFailure"] == "NoSidecar"
-    assert "gets the sidecar when it is replaced" in st["pods"]["w-early"]["sidecarError"]
+    assert pods_listed(st)["w-early"]["pollFailure"] == "NoSidecar"
+    assert "gets the sidecar when it is replaced" in pods_listed(st)["w-early"]["sidecarError"]
     degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "False", degraded
     assert st["summary"]["sidecarUnreachable"] == 0 and st["summary"]["notAsked"] == 2

@@ -124,3 +124,42 @@ def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tm
     # The defaults the server filled in read as the reader's own defaults.
     assert read_guard_spec(held["spec"]) == read_guard_spec(guard["spec"])
     assert held["spec"]["sampling"] == {"intervalSeconds": 15, "sidecarPort": 9108, "timeoutSeconds": 5}
+
+
+def test_uninstall_when_the_hooks_pod_cannot_run_as_install_md_says(real: ControlPlane) -> None:
+    """Issue 42, 5: the hook's pod cannot run (here nothing schedules it, as
+    an image that cannot be pulled or a quota would leave it): ``helm
+    uninstall`` fails at its timeout, and the steps of install.md's "When
+    the hook's pod cannot run" finish the job, leaving nothing of the release
+    but the failed hook Job, which Kubernetes deletes once it has ended."""
+    import time
+
+    api, release, ns = real.admin(), "mgh", "mgh-system"
+    for n in (ns, "mgh-ray"):
+        api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": n}})
+    real.helm("install", release, CHART, "-n", ns, "--set", "watchNamespaces={mgh-ray}",
+              "--set", "uninstallHook.timeoutSeconds=10")
+    t0 = time.monotonic()
+    failed = real.helm("uninstall", release, "-n", ns, "--timeout", "15s", check=False)
+    took = time.monotonic() - t0
+    print(f"\nhelm uninstall with a hook pod that cannot run: exit {failed.returncode} after {took:.0f} s: "
+          f"{(failed.stderr or failed.stdout).strip()[:300]}")
+    assert failed.returncode != 0 and took >= 15
+    job = api.ok("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{release}-memoryguard-uninstall")
+    assert job["spec"]["activeDeadlineSeconds"] == 70 and job["spec"]["ttlSecondsAfterFinished"] == 600
+    # install.md's steps: see the guards the hook would have deleted, then go on without it.
+    out = real.helm("uninstall", release, "-n", ns, "--no-hooks")
+    assert out.returncode == 0
+
+    def left() -> list[str]:
+        return sorted(real.kubectl(
+            "get", "all,sa,role,rolebinding,clusterrole,clusterrolebinding,configmap,networkpolicy,"
+            "poddisruptionbudget,lease,job", "-A", "-l", f"app.kubernetes.io/instance={release}",
+            "-o", "name").stdout.split())
+
+    deadline = time.monotonic() + 60
+    while (now := left()) and any(not k.startswith(("job.batch/", "pod/")) for k in now) \
+            and time.monotonic() < deadline:
+        time.sleep(1)
+    print(f"left after --no-hooks: {now}")
+    assert [k for k in now if not k.startswith(("job.batch/", "pod/"))] == [], now

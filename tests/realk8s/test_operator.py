@@ -24,6 +24,7 @@ from memoryguard_kuberay.operator.guardspec import read_guard_spec
 from memoryguard_kuberay.operator.rayclusters import injection, patches
 from memoryguard_kuberay.operator.sharding import shardplan
 from memoryguard_kuberay.operator.sharding.shards import ANN_PODS
+from memoryguard_kuberay.operator.status import pods_listed
 
 from ..devworld import KUBERAY, ROOT
 from ..operator.conftest import HEALTHY, LEAK, guard, raycluster
@@ -293,9 +294,9 @@ def test_top_shows_the_real_clusters_guarded_pods_nearest_harm_first(release: Re
     rows = [ln for ln in text.splitlines() if ln.startswith("│") and f"{NS}/leak-guard" in ln]  # the table's
     status = r.api.get(f"{GUARDS}/leak-guard")["status"]
     assert len(rows) == min(len(status["pods"]), 40), text
-    etas = [p.get("projectedOOMSeconds") for p in status["pods"].values()]
+    etas = [p.get("projectedOOMSeconds") for p in pods_listed(status).values()]
     if any(e is not None for e in etas):  # the nearest projected OOM is the first row
-        first = min((e, n) for n, p in status["pods"].items() if (e := p.get("projectedOOMSeconds")) is not None)
+        first = min((e, n) for n, p in pods_listed(status).items() if (e := p.get("projectedOOMSeconds")) is not None)
         assert first[1] in rows[0], (first, rows[0])
     last = status["rotations"]["lastPod"]
     assert f"rotated {last}" in text.split("last actions:", 1)[1], text
@@ -408,6 +409,90 @@ def test_a_users_pdb_that_refuses_is_honoured_until_the_deadline(release: Releas
     assert all(p["metadata"]["labels"].get("ray.io/cluster") != "held-rc" or not p["metadata"].get(
         "deletionTimestamp") for p in r.standin.pods())
     r.api.ok("DELETE", f"{GUARDS}/held-guard")
+
+
+def test_a_users_first_hour_as_the_real_server_shows_it(release: Release) -> None:
+    """Issue 42, 1-4, on the real server with the real KubeRay and scheduler:
+    a guard whose spec names a cluster that is not there reads READY False
+    (``kubectl get``) until the name is right; the recommended first step, a
+    dry run, gives the figures and plans the leak's rotation, evicting
+    nothing; a worker the scheduler cannot place stays Pending and has its
+    own verdict, degrading nothing; a ``rotate`` value the operator does not
+    take is said on the pod."""
+    r = release
+    rc = _cluster("first-rc", 2)
+    waiting = {**rc["spec"]["workerGroupSpecs"][0], "groupName": "waiting", "replicas": 1, "minReplicas": 1}
+    waiting["template"] = {"spec": {**waiting["template"]["spec"],
+                                    "nodeSelector": {"memoryguard.io/test-no-such-node": "true"}}}
+    rc["spec"]["workerGroupSpecs"].append(waiting)
+    r.api.ok("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", rc)
+
+    def first_rc(group: str) -> list[dict[str, Any]]:
+        return [p for p in r.standin.pods() if p["metadata"]["labels"].get("ray.io/cluster") == "first-rc"
+                and p["metadata"]["labels"].get("ray.io/group") == group]
+
+    r.wait_for(lambda: sum(1 for p in first_rc("workergroup") if (p.get("status") or {}).get("phase") == "Running")
+               == 2 and first_rc("waiting"), 60, "first-rc's 2 workers Running, its waiting worker made")
+    pending = first_rc("waiting")[0]["metadata"]["name"]
+    guard = _guard("first-guard", "first-rc", dryRun=True, sidecar={"inject": True, "port": PORT})
+    guard["spec"]["clusterSelector"]["names"] = ["first-rc", "frist-rc"]  # a typo beside the right name
+    r.put_guard(guard)
+
+    def ready() -> dict[str, Any] | None:
+        st = (r.api.get(f"{GUARDS}/first-guard") or {}).get("status") or {}
+        return next((c for c in st.get("conditions") or [] if c["type"] == "Ready"), None)
+
+    cond = r.wait_for(lambda: (c := ready()) and c["reason"] == "ClusterNotFound" and c, 60, "Ready: ClusterNotFound")
+    assert cond["status"] == "False" and "frist-rc" in cond["message"], cond
+    row = _columns(r, "first-guard")
+    assert (row["READY"], row["DRY RUN"]) == ("False", "true"), row
+    r.api.ok("PATCH", f"{GUARDS}/first-guard", {"spec": {"clusterSelector": {"names": ["first-rc"]}}},
+             ctype="application/merge-patch+json")
+    r.wait_for(lambda: (c := ready()) and c["status"] == "True", 60, "Ready True once the name is right")
+    row = _columns(r, "first-guard")
+    assert (row["READY"], row["DRY RUN"]) == ("True", "true"), row
+
+    # The dry run's figures: every running worker's, the leak's rotation planned.
+    planned = r.wait_for(lambda: [e for e in r.events("WorkerRotationPlanned", "MemoryGuard")
+                                  if "first-rc" in e["message"]], 120, "the dry run's planned rotation")
+    assert "dry run" in planned[0]["message"], planned[0]["message"]
+    st = r.api.get(f"{GUARDS}/first-guard")["status"]
+    running = [p["metadata"]["name"] for p in first_rc("workergroup")]
+    figures = pods_listed(st)
+    assert all(figures[n]["workingSetBytes"] and figures[n]["limitBytes"] for n in running), figures
+    # The worker the scheduler cannot place: Pending, its own verdict, nothing degraded.
+    assert (r.api.ok("GET", f"/api/v1/namespaces/{NS}/pods/{pending}").get("status") or {}).get("phase") == "Pending"
+    unplaced = pods_listed(st)[pending]
+    assert unplaced["pollFailure"] == "PodNotRunning" and "Pending" in unplaced["sidecarError"], unplaced
+    degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "False" and st["summary"]["sidecarUnreachable"] == 0, (degraded, st["summary"])
+    # A value of the rotate annotation the operator does not take, said on the pod.
+    asked = running[-1]
+    r.api.ok("PATCH", f"/api/v1/namespaces/{NS}/pods/{asked}",
+             {"metadata": {"annotations": {"memoryguard.io/rotate": "please"}}}, ctype="application/merge-patch+json")
+    ignored = r.wait_for(lambda: [e for e in r.events("RotateAnnotationIgnored", "Pod")
+                                  if e["involvedObject"]["name"] == asked], 60, "RotateAnnotationIgnored on the pod")
+    assert ignored[0]["type"] == "Warning" and "now" in ignored[0]["message"], ignored[0]
+    # Nothing of first-rc was evicted or deleted: a dry run.
+    assert not [e for e in r.cp.audit() if e.get("objectRef", {}).get("subresource") == "eviction"
+                and e["objectRef"].get("name", "").startswith("first-rc")]
+    assert all(not p["metadata"].get("deletionTimestamp") for p in first_rc("workergroup"))
+    r.api.ok("DELETE", f"{GUARDS}/first-guard")
+    r.wait_for(lambda: r.api.get(f"{GUARDS}/first-guard") is None, 60, "first-guard gone")
+    r.api.ok("DELETE", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/first-rc")
+
+
+def _columns(r: Release, name: str) -> dict[str, str]:
+    """``kubectl get memoryguard NAME`` as a user reads it: each printer
+    column's value, found under its header (values never hold spaces here
+    but the last column's, which is not read)."""
+    out = r.cp.kubectl("get", "memoryguards", name, "-n", NS).stdout
+    print(f"\n{out}")
+    head, line = out.splitlines()[:2]
+    # A header starts after two spaces at least ("AT RISK" is one header).
+    starts = [i for i, ch in enumerate(head) if ch != " " and (i == 0 or head[max(0, i - 2):i] == "  ")]
+    names = [head[a:b].strip() for a, b in zip(starts, [*starts[1:], len(head) + 99])]
+    return {n: line[a:].split()[0] if line[a:].split() else "" for n, a in zip(names, starts)}
 
 
 def test_deleting_the_guard_restores_the_templates(release: Release) -> None:

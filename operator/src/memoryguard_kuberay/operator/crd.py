@@ -61,8 +61,12 @@ def status_schema() -> dict[str, Any]:
                       pods=_int("Pods guarded."), atRisk=_int("Pods at risk or being rotated."),
                       sidecarUnreachable=_int("Pods whose sidecar gave no samples."),
                       noMemorySource=_int("Pods whose sidecar reads no memory.")),
-        pods=_open("Per pod (all up to 50, then those worth a look): working set, limit, trend, projected OOM, "
-                   "object store, verdict, the last decision, why its poll failed."),
+        pods={"type": "array", "description": (
+            "Per pod (all up to 50, then those worth a look), by name: working set, limit, trend, projected OOM, "
+            "object store, verdict, the last decision, why its poll failed."),
+            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+            "items": {**_open("One guarded pod.", name={"type": "string", "description": "The pod's name."}),
+                      "required": ["name"]}},
         rotations=_open("The rotation ledger: total, in flight (resumed after a restart), the recent ones, "
                         "evictions in the last hour."),
         forensics=_open("The latest evidence kept before a rotation: its ConfigMap, pod, time and size."),

@@ -131,11 +131,26 @@ def listed(pods: Sequence[PodView], limit: int = MAX_PODS_LISTED) -> list[PodVie
     return sorted(sorted(notable, key=rank)[:limit], key=lambda p: p.name)
 
 
+def pods_listed(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """A status's pods by name: the list this version writes, or the map
+    statuses written before it hold (read until each guard's next cycle
+    writes the list)."""
+    pods = status.get("pods")
+    if isinstance(pods, Mapping):
+        return {str(k): v for k, v in pods.items() if isinstance(v, Mapping)}
+    if isinstance(pods, list):
+        return {str(p["name"]): p for p in pods if isinstance(p, Mapping) and p.get("name")}
+    return {}
+
+
 def bounded(status: dict[str, Any], pods: Sequence[PodView]) -> dict[str, Any]:
     """Fewer pods listed until the status fits in MAX_STATUS_BYTES."""
     shown = listed(pods)
     while True:
-        status["pods"] = {p.name: pod_status(p) for p in shown}
+        # A list with a name field, as Kubernetes' own statuses list things
+        # (a map keyed by pod name read "Raycluster - Kuberay - Worker - Abcde"
+        # in kubectl describe: issue 42, 4).
+        status["pods"] = [{"name": p.name, **pod_status(p)} for p in shown]
         status["summary"]["podsListed"] = len(shown)
         if len(json.dumps(status, separators=(",", ":"))) <= MAX_STATUS_BYTES or not shown:
             return status

@@ -21,6 +21,7 @@ from memoryguard_kuberay.core.policy.decide import RULES
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration
 from memoryguard_kuberay.operator import status
 from memoryguard_kuberay.operator.sidecars.sidecar_client import PollFailure
+from memoryguard_kuberay.operator.status import pods_listed
 
 # Verdicts as the status names them (status._verdict), coloured by what they
 # call for: read from the enums the status writes them from, never retyped.
@@ -42,7 +43,7 @@ class PodLine:
     eta_s: float | None
     verdict: str
     decision: str
-    error: str = ""  # why its sidecar brought no samples (status.pods.<pod>.sidecarError)
+    error: str = ""  # why its sidecar brought no samples (status.pods[].sidecarError)
 
     @property
     def used(self) -> float | None:
@@ -69,7 +70,7 @@ def pod_lines(guards: Iterable[Mapping[str, Any]]) -> list[PodLine]:
     out = []
     for g in guards:
         meta, status = _map(g.get("metadata")), _map(g.get("status"))
-        listed = _map(status.get("pods"))
+        listed = pods_listed(status)
         for name, p in listed.items():
             if not isinstance(p, Mapping):
                 continue
