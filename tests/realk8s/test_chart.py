@@ -5,6 +5,8 @@ sees them through kubectl."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from typing import Any
 
 import yaml
@@ -14,6 +16,7 @@ from memoryguard_kuberay.operator import crd
 from memoryguard_kuberay.operator.guardspec import read_guard_spec
 
 from ..devworld import ROOT
+from ..procs import VENV_BIN
 from .controlplane import ControlPlane
 
 CHART = str(ROOT / "charts" / "memoryguard")
@@ -147,7 +150,18 @@ def test_uninstall_when_the_hooks_pod_cannot_run_as_install_md_says(real: Contro
     assert failed.returncode != 0 and took >= 15
     job = api.ok("GET", f"/apis/batch/v1/namespaces/{ns}/jobs/{release}-memoryguard-uninstall")
     assert job["spec"]["activeDeadlineSeconds"] == 70 and job["spec"]["ttlSecondsAfterFinished"] == 600
-    # install.md's steps: see the guards the hook would have deleted, then go on without it.
+    # install.md's steps, from a user's machine with their kubeconfig: the
+    # guards the hook would have deleted, deleted, then helm without the hook.
+    guards = f"/apis/{C.GROUP}/{C.VERSION}/namespaces/mgh-ray/{C.PLURAL}"
+    api.ok("POST", guards, {"apiVersion": f"{C.GROUP}/{C.VERSION}", "kind": "MemoryGuard",
+                            "metadata": {"name": "left"}, "spec": {"clusterSelector": {"names": ["rc"]}}})
+    cli = [str(VENV_BIN / "memoryguard-kuberay"), "uninstall", "-n", "mgh-ray"]
+    env = {**os.environ, "KUBECONFIG": str(real.kubeconfig)}
+    dry = subprocess.run([*cli, "--dry-run"], capture_output=True, text=True, timeout=60, env=env)
+    assert dry.returncode == 0 and "would delete 1 MemoryGuard(s) in mgh-ray: mgh-ray/left" in dry.stderr, dry
+    assert api.get(f"{guards}/left") is not None  # a dry run deletes nothing
+    done = subprocess.run([*cli, "--timeout", "30"], capture_output=True, text=True, timeout=90, env=env)
+    assert done.returncode == 0 and api.ok("GET", guards)["items"] == [], done.stdout + done.stderr
     out = real.helm("uninstall", release, "-n", ns, "--no-hooks")
     assert out.returncode == 0
 
