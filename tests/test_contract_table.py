@@ -228,7 +228,7 @@ LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"
 def leases_as_the_shard_keeper_uses_them(b: Backend) -> Any:
     """shards.py: Leases created with a label, listed by it, renewed by a PUT
     of what was read (a stale one refused), deleted when a replica is gone."""
-    from memoryguard_kuberay.operator.sharding.leader import micro_time
+    from memoryguard_kuberay.operator.clock import micro_time
 
     for n in ("set-a-shard-0", "set-a-replica-x", "set-b-shard-0"):
         b.client.call("DELETE", f"{LEASES}/{n}")

@@ -68,7 +68,7 @@ def status_schema() -> dict[str, Any]:
             "items": {**_open("One guarded pod.", name={"type": "string", "description": "The pod's name."}),
                       "required": ["name"]}},
         rotations=_open("The rotation ledger: total, in flight (resumed after a restart), the recent ones, "
-                        "evictions in the last hour."),
+                        "evictions in the last hour; its times are RFC 3339."),
         forensics=_open("The latest evidence kept before a rotation: its ConfigMap, pod, time and size."),
         remembered=_open("What the guard has said and done besides rotations, read back after a restart."),
         remediations=_open("Each applied remediation (cluster/group/kind) and its review: when it was applied, "

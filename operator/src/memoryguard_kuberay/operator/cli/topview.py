@@ -20,6 +20,7 @@ from memoryguard_kuberay.core.policy import Action, Reason
 from memoryguard_kuberay.core.policy.decide import RULES
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration
 from memoryguard_kuberay.operator import status
+from memoryguard_kuberay.operator.clock import parse_time
 from memoryguard_kuberay.operator.sidecars.sidecar_client import PollFailure
 from memoryguard_kuberay.operator.status import pods_listed
 
@@ -113,11 +114,11 @@ def actions(guards: Iterable[Mapping[str, Any]]) -> list[tuple[float, str]]:
         where = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         for r in _list(rot.get("inFlight")):
             if isinstance(r, Mapping):
-                out.append((_number(r.get("requestedAt")) or 0.0,
+                out.append((parse_time(r.get("requestedAt")) or 0.0,
                             f"{where}: rotating {r.get('pod')} ({r.get('reason')}; {r.get('phase')})"))
         for r in _list(rot.get("recent")):
             if isinstance(r, Mapping):
-                out.append((_number(r.get("finishedAt")) or 0.0,
+                out.append((parse_time(r.get("finishedAt")) or 0.0,
                             f"{where}: {r.get('outcome') or 'rotated'} {r.get('pod')} ({r.get('reason')})"))
     return sorted(out, key=lambda a: a[0], reverse=True)[:ACTIONS_SHOWN]
 

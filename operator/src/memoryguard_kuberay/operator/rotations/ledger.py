@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator.api import podinfo as pi
+from memoryguard_kuberay.operator.clock import micro_time, parse_time
 from memoryguard_kuberay.operator.decided import Say
 
 log = logging.getLogger("memoryguard_kuberay.operator")
@@ -82,35 +82,36 @@ class InFlight:
 
     def to_status(self) -> dict[str, Any]:
         return {"pod": self.pod, "uid": self.uid, "cluster": self.cluster, "group": self.group,
-                "reason": self.reason, "requestedAt": self.requested_at, "phase": self.phase.value,
-                "evictedAt": self.evicted_at, "refused": self.refused, "lastAttempt": self.last_attempt,
-                "peers": list(self.peers), "evictingSince": self.evicting_since, "lastRefusal": self.last_refusal,
-                "goneAt": self.gone_at}
+                "reason": self.reason, "requestedAt": micro_time(self.requested_at), "phase": self.phase.value,
+                "evictedAt": _time(self.evicted_at), "refused": self.refused, "lastAttempt": _time(self.last_attempt),
+                "peers": list(self.peers), "evictingSince": _time(self.evicting_since),
+                "lastRefusal": self.last_refusal, "goneAt": _time(self.gone_at)}
 
     @classmethod
     def from_status(cls, d: Mapping[str, Any]) -> InFlight | None:
         try:
             phase = Phase(d.get("phase"))
+            requested_at = parse_time(d["requestedAt"])
+            if requested_at is None:
+                return None
             return cls(pod=str(d["pod"]), uid=str(d["uid"]), cluster=str(d["cluster"]), group=str(d["group"]),
-                       reason=str(d.get("reason", "")), requested_at=float(d["requestedAt"]),
-                       phase=phase, evicted_at=None if d.get("evictedAt") is None else float(d["evictedAt"]),
+                       reason=str(d.get("reason", "")), requested_at=requested_at,
+                       phase=phase, evicted_at=parse_time(d.get("evictedAt")),
                        refused=int(d.get("refused") or 0),
-                       last_attempt=None if d.get("lastAttempt") is None else float(d["lastAttempt"]),
+                       last_attempt=parse_time(d.get("lastAttempt")),
                        peers=tuple(str(u) for u in d.get("peers") or []),
-                       evicting_since=None if d.get("evictingSince") is None else float(d["evictingSince"]),
+                       evicting_since=parse_time(d.get("evictingSince")),
                        last_refusal=str(d.get("lastRefusal") or "")[:512],
-                       gone_at=_finite(d.get("goneAt")))
+                       # Not finite reads as none: an infinite goneAt would hold a group's slot for ever.
+                       gone_at=parse_time(d.get("goneAt")))
         except (KeyError, TypeError, ValueError):
             return None
 
 
-def _finite(raw: Any) -> float | None:
-    """A time read back from the status: a number that is not finite (an
-    infinite ``goneAt`` would hold a group's slot for ever) reads as none."""
-    if raw is None:
-        return None
-    value = float(raw)
-    return value if math.isfinite(value) else None
+def _time(t: float | None) -> str | None:
+    """A time in the status: RFC 3339, as the Kubernetes objects beside it
+    (statuses before 0.1.0 held unix seconds; both are read back)."""
+    return None if t is None else micro_time(t)
 
 
 @dataclasses.dataclass
@@ -143,8 +144,8 @@ class Ledger:
         evicted: list[float] = []
         for t in (rot.get("evictedLastHour") or [])[-MAX_EVICTIONS_KEPT:] if isinstance(
                 rot.get("evictedLastHour"), list) else []:
-            if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
-                evicted.append(float(t))
+            if (at := parse_time(t)) is not None:
+                evicted.append(at)
         return cls(inflight, recent, total, evicted, set(inflight))
 
     def vet(self, pods: Iterable[pi.PodInfo], *, guard: str, guarded: Callable[[pi.PodInfo], bool],
@@ -181,7 +182,8 @@ class Ledger:
         last = self.recent[-1] if self.recent else {}
         return {"total": self.total, "inFlight": [r.to_status() for r in self.inflight.values()],
                 "recent": self.recent[-MAX_RECENT:], "lastPod": last.get("pod"), "lastTime": last.get("finishedAt"),
-                "lastReason": last.get("reason"), "evictedLastHour": self.evicted_at[-MAX_EVICTIONS_KEPT:]}
+                "lastReason": last.get("reason"),
+                "evictedLastHour": [micro_time(t) for t in self.evicted_at[-MAX_EVICTIONS_KEPT:]]}
 
     def rotations_last_hour(self, now: float) -> int:
         """For the hourly cap: rotations in flight, and those ended whose pod
@@ -209,13 +211,10 @@ class Ledger:
                 log.warning("%s: rotation marks on %s (phase %r) not adopted: unknown step or the group is at "
                             "maxUnavailable", guard, p.name, p.rotation_phase[:40])
                 continue
-            try:
-                at = float(p.annotations.get(C.ANN_REQUESTED_AT, ""))
-            except ValueError:
-                at = now
+            at = parse_time(p.annotations.get(C.ANN_REQUESTED_AT))
             self.inflight[p.uid] = InFlight(pod=p.name, uid=p.uid, cluster=p.cluster, group=p.group,
                                             reason=p.annotations.get(C.ANN_REASON, ""),
-                                            requested_at=at if math.isfinite(at) else now, phase=phase)
+                                            requested_at=now if at is None else at, phase=phase)
 
     def end(self, uid: str, outcome: Outcome, *, now: float) -> InFlight:
         """Move an ended rotation from in flight to the recent ones."""
@@ -224,8 +223,8 @@ class Ledger:
         if rot.evicted_at is not None:
             self.evicted_at.append(rot.evicted_at)
         self.recent.append({"pod": rot.pod, "group": rot.group, "cluster": rot.cluster,
-                            "reason": rot.reason_code, "requestedAt": rot.requested_at,
-                            "finishedAt": now, "outcome": outcome.kind.value})
+                            "reason": rot.reason_code, "requestedAt": micro_time(rot.requested_at),
+                            "finishedAt": micro_time(now), "outcome": outcome.kind.value})
         self.recent = self.recent[-MAX_RECENT:]
         return rot
 
@@ -236,8 +235,6 @@ class Ledger:
         for r in self.recent:
             if group is not None and (r.get("cluster"), r.get("group")) != group:
                 continue
-            try:
-                out.append(float(r.get("requestedAt") or 0))
-            except (TypeError, ValueError):
-                continue
+            if (at := parse_time(r.get("requestedAt"))) is not None:
+                out.append(at)
         return out

@@ -14,7 +14,6 @@ so an upgrade hands over at once.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +21,7 @@ from typing import Any
 
 from memoryguard_kuberay.operator.api.errors import ApiError, Conflict
 from memoryguard_kuberay.operator.api.kube import Kube
+from memoryguard_kuberay.operator.clock import micro_time
 
 log = logging.getLogger("memoryguard_kuberay.operator.sharding.leader")
 
@@ -39,11 +39,6 @@ class LeaseConfig:
     # (name, uid) of the ServiceAccount in the Lease's namespace that owns it:
     # the garbage collector deletes the Lease with it (helm uninstall).
     owner: tuple[str, str] | None = None
-
-
-def micro_time(t: float) -> str:
-    """A Lease's MicroTime: RFC 3339 with microseconds."""
-    return datetime.datetime.fromtimestamp(t, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:
