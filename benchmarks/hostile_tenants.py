@@ -183,7 +183,7 @@ async def health_watch(url: str, stop: asyncio.Event, worst: list[float]) -> Non
         await asyncio.sleep(0.25)
 
 
-async def run(per_kind: int, seconds: float) -> dict[str, Any]:
+async def run(per_kind: int, seconds: float, guards: int = 0, pad: int = 0) -> dict[str, Any]:
     api = EmulatedApi()
     load_crds(api)
     api.put("namespaces", {"metadata": {"name": "default"}})
@@ -210,6 +210,13 @@ async def run(per_kind: int, seconds: float) -> dict[str, Any]:
     api.put("memoryguards", {"metadata": {"name": "victim", "namespace": "default"}, "spec": {
         "clusterSelector": {"matchLabels": {"tenant": "victim"}}, "dryRun": False, "policy": profile,
         "sampling": {"intervalSeconds": 5, "sidecarPort": PORT, "timeoutSeconds": 5}}})
+    # The hostile tenant's guards, after the other tenant's: the namespace's
+    # cap admits the oldest, and refuses the rest (TooManyGuards).
+    for i in range(guards):
+        meta: dict[str, Any] = {"name": f"tiny-{i}", "namespace": "default"}
+        if pad:
+            meta["annotations"] = {"tenant.example/pad": "x" * pad}
+        api.put("memoryguards", {"metadata": meta, "spec": {"clusterSelector": {"names": [f"none-{i}"]}}})
     async with api, EmulatorServer(api, host="127.0.0.1") as server:
         tmp = Path(tempfile.mkdtemp(prefix="mg-bench-tenants-"))
         write_kubeconfig((tmp / "kubeconfig"), f"http://127.0.0.1:{server.port}")
@@ -225,8 +232,8 @@ async def run(per_kind: int, seconds: float) -> dict[str, Any]:
         watch = asyncio.create_task(health_watch(health, stop, answers))
         evicted_at = None
         try:
-            print(f"[{per_kind} hostile pods of each of {len(KINDS)} kinds] running up to {seconds:.0f} s ...",
-                  file=sys.stderr)
+            print(f"[{per_kind} hostile pods of each of {len(KINDS)} kinds, {guards} hostile guards] running up "
+                  f"to {seconds:.0f} s ...", file=sys.stderr)
             while time.time() - t0 < seconds:
                 if evicted_at is None and any(e[1] == "victim-w-0" for e in api.evictions):
                     evicted_at = time.time() - t0
@@ -236,7 +243,7 @@ async def run(per_kind: int, seconds: float) -> dict[str, Any]:
                 await asyncio.sleep(0.5)
             _, rss, peak = proc_cpu_rss(proc.pid)
             victims = [e[1] for e in api.evictions]
-            return {"per_kind": per_kind, "peak_rss_mib": round(peak, 1), "rss_mib": round(rss, 1),
+            return {"per_kind": per_kind, "guards": guards, "peak_rss_mib": round(peak, 1), "rss_mib": round(rss, 1),
                     "health_max_s": round(max(answers), 3) if answers else None, "health_answers": len(answers),
                     "evicted_at_s": evicted_at, "evicted": victims,
                     "ran_s": round(time.time() - t0, 1)}
@@ -255,6 +262,11 @@ async def run(per_kind: int, seconds: float) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=helptext.summary(__doc__))
     ap.add_argument("--per-kind", type=int, default=100, help="hostile pods of each kind (default 100)")
+    ap.add_argument("--guards", type=int, default=0,
+                    help="the hostile tenant's guards beside its pods, in the other tenant's namespace after its "
+                         "guard (the namespace's cap refuses all but the oldest; issue 44, 3); default 0")
+    ap.add_argument("--guard-pad", type=int, default=0,
+                    help="bytes of annotation on each hostile guard (default 0)")
     ap.add_argument("--seconds", type=float, default=LEAK_OOM_S,
                     help="give up on the other tenant's rotation after this long (default: its OOM)")
     a = ap.parse_args()
@@ -262,10 +274,12 @@ def main() -> int:
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(65536, _soft), max(65536, hard)))
     alone = asyncio.run(run(0, a.seconds))
-    hostile = asyncio.run(run(a.per_kind, a.seconds)) if a.per_kind else alone
-    for r in (alone, hostile) if a.per_kind else (alone,):
+    attacked = a.per_kind or a.guards
+    hostile = asyncio.run(run(a.per_kind, a.seconds, a.guards, a.guard_pad)) if attacked else alone
+    for r in (alone, hostile) if attacked else (alone,):
         when = "-" if r["evicted_at_s"] is None else f"{r['evicted_at_s']:.0f} s"
-        print(f"{r['per_kind']:>4} hostile pods of each of {len(KINDS)} kinds: operator peak RSS "
+        print(f"{r['per_kind']:>4} hostile pods of each of {len(KINDS)} kinds, {r['guards']} hostile guards: "
+              f"operator peak RSS "
               f"{r['peak_rss_mib']:.0f} MiB (target <= {TARGETS['peak_rss_mib']:.0f}), health endpoint at most "
               f"{r['health_max_s']} s over {r['health_answers']} asks (target <= {TARGETS['health_max_s']:g}), "
               f"the other tenant's leak evicted at "

@@ -41,8 +41,11 @@ class FakeKube:
     async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
         return self.rc
 
-    async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
+    async def list_guard_identities(self, namespace: str) -> list[dict[str, Any]]:
         return [self.guard]
+
+    async def get_guard(self, namespace: str, name: str) -> dict[str, Any]:
+        return self.guard
 
     async def json_patch_raycluster(self, namespace: str, name: str, ops: list[Any]) -> None:
         self.log.append(("patch-raycluster", name))

@@ -40,7 +40,7 @@ class CountingKube:
     def __init__(self) -> None:
         self.lists = 0
 
-    async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
+    async def list_guard_identities(self, namespace: str) -> list[dict[str, Any]]:
         self.lists += 1
         return GUARDS
 
@@ -86,7 +86,7 @@ def test_a_namespaces_list_is_not_kept_past_its_time(monkeypatch: pytest.MonkeyP
     import asyncio
 
     class Kube:
-        async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
+        async def list_guard_identities(self, namespace: str) -> list[dict[str, Any]]:
             return [{"metadata": {"name": "g", "namespace": namespace}}]
 
     clock = [1000.0]
@@ -96,3 +96,40 @@ def test_a_namespaces_list_is_not_kept_past_its_time(monkeypatch: pytest.MonkeyP
     clock[0] += 10.0
     asyncio.run(roster.guards("other"))
     assert set(roster._lists) == {"other"} and set(roster._locks) == {"other"}
+
+
+def test_a_refused_guard_costs_its_identity_and_only_served_guards_are_read_whole() -> None:
+    """Issue 44, 3: every list held every guard whole (status, managed
+    fields, kopf's copy of the spec), 0.4 MiB a guard, refused or not. Now
+    the roster keeps each guard's identity and age, and reads the spec of a
+    served guard older than the one asking, once per generation."""
+    import asyncio
+    import json
+
+    padded = "x" * 200_000  # what a tenant can put in a guard's annotations
+    guards = [{"metadata": {"name": f"g{i}", "uid": f"u{i}", "generation": 1, "creationTimestamp":
+                            f"2026-01-01T00:00:{i:02d}Z", "annotations": {"pad": padded},
+                            "managedFields": [{"manager": padded}]},
+               "spec": {"clusterSelector": {"names": [f"rc{i}"]}}, "status": {"pad": padded}} for i in range(40)]
+    got: list[str] = []
+
+    class Kube:
+        async def list_guard_identities(self, namespace: str) -> list[dict[str, Any]]:
+            return guards
+
+        async def get_guard(self, namespace: str, name: str) -> dict[str, Any]:
+            got.append(name)
+            return next(g for g in guards if g["metadata"]["name"] == name)
+
+    roster = guardroster.GuardRoster(Kube(), limit=5, ttl_s=60)  # type: ignore[arg-type]
+    listed = asyncio.run(roster.guards("ns"))
+    assert len(json.dumps(listed)) < 150 * len(guards), len(json.dumps(listed))  # no annotation, field or status
+    assert asyncio.run(roster.older_served("ns", guards[3])) == guards[:3]  # older and served: g0-g2
+    assert got == ["g0", "g1", "g2"]
+    asyncio.run(roster.older_served("ns", guards[30]))  # refused itself: the served older ones, g0-g4
+    assert got == ["g0", "g1", "g2", "g3", "g4"]  # g0-g2 kept from before
+    guards[1]["metadata"]["generation"] = 2  # its spec changed: read again
+    roster._lists.clear()
+    asyncio.run(roster.older_served("ns", guards[30]))
+    assert got[5:] == ["g1"]
+    assert set(roster._specs["ns"]) == {"u0", "u1", "u2", "u3", "u4"}  # never a refused guard's

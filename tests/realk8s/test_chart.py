@@ -177,3 +177,80 @@ def test_uninstall_when_the_hooks_pod_cannot_run_as_install_md_says(real: Contro
         time.sleep(1)
     print(f"left after --no-hooks: {now}")
     assert [k for k in now if not k.startswith(("job.batch/", "pod/"))] == [], now
+
+
+def test_try_it_out_of_cluster_as_install_md_says(real: ControlPlane, tmp_path: Any) -> None:
+    """Issue 42, 8: install.md's "Try it out of cluster", run as written on
+    the real server with a user's kubeconfig (the admin's here): its
+    commands are read from the doc, the example guard edited as it says
+    (its cluster: KubeRay's complete sample, no KubeRay running: no pods),
+    the operator run from the checkout; what it decides shown by ``top``
+    and ``kubectl describe``; the guard deleted while it runs takes the
+    sidecar back out of the templates."""
+    import re
+    import time
+
+    from ..devworld import KUBERAY
+    from ..procs import free_port, stop
+
+    text = (ROOT / "docs" / "install.md").read_text()
+    section = text.split("## Try it out of cluster", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.strip().splitlines()]
+    assert commands == ["make setup", "kubectl apply --server-side -f crds/memoryguard.io_memoryguards.yaml",
+                        "kubectl apply -f examples/guards/dry-run.yaml",
+                        ".venv/bin/memoryguard-kuberay operator --standalone -n default"], commands
+    crd, sample = KUBERAY / "ray.io_rayclusters.yaml", KUBERAY / "ray-cluster.complete.yaml"
+    if not crd.exists() or not sample.exists():
+        import pytest
+
+        pytest.skip(f"{KUBERAY} lacks KubeRay's CRD or its complete sample: read from beside the checkout")
+    real.kubectl("apply", "--server-side", "-f", str(crd))
+    real.wait_established("rayclusters.ray.io")
+    real.kubectl("apply", "-n", "default", "-f", str(sample))
+    # `make setup` is this test run's own venv. The commands, from the checkout:
+    real.kubectl("apply", "--server-side", "-f", str(ROOT / commands[1].split()[-1]))
+    guard_file = ROOT / commands[2].split()[-1]
+    assert "namespace: default" in guard_file.read_text() and "raycluster-complete" in guard_file.read_text()
+    real.kubectl("apply", "-f", str(guard_file))  # its namespace and cluster already these here
+    argv = commands[3].split()
+    env = {**os.environ, "KUBECONFIG": str(real.kubeconfig), "MEMORYGUARD_METRICS_HOST": "127.0.0.1",
+           "MEMORYGUARD_METRICS_PORT": str(free_port()),  # this run's own ports, beside any other run
+           "MEMORYGUARD_LIVENESS_ENDPOINT": f"http://127.0.0.1:{free_port()}/healthz"}
+    log = tmp_path / "operator.log"
+    api = real.admin()
+    guard = f"/apis/{C.GROUP}/{C.VERSION}/namespaces/default/{C.PLURAL}/watch-only"
+    rc_path = "/apis/ray.io/v1/namespaces/default/rayclusters/raycluster-complete"
+
+    def injected() -> bool:
+        rc = api.ok("GET", rc_path)
+        return any(c["name"] == "memoryguard-sidecar" for g in [rc["spec"]["headGroupSpec"],
+                                                                 *rc["spec"]["workerGroupSpecs"]]
+                   for key in ("containers", "initContainers") for c in g["template"]["spec"].get(key) or [])
+
+    def wait(pred: Any, what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not pred():
+            assert time.monotonic() < deadline, f"{what}; operator log:\n{log.read_text(errors='replace')[-4000:]}"
+            time.sleep(0.5)
+
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(ROOT / argv[0]), *argv[1:]], cwd=ROOT, env=env, stdout=out, stderr=out)
+    try:
+        wait(lambda: ((api.get(guard) or {}).get("status") or {}).get("conditions"), "the guard's status")
+        wait(injected, "the dry run's sidecar in the templates")
+        top = subprocess.run([str(VENV_BIN / "memoryguard-kuberay"), "top", "-n", "default", "--once"],
+                             capture_output=True, text=True, timeout=120, env=env)
+        # No KubeRay runs here, so the sample has no pods: top says so.
+        assert top.returncode == 0 and "MemoryGuard top: default on https://" in top.stdout and (
+            "no guarded pods" in top.stdout), top.stdout + top.stderr
+        described = real.kubectl("describe", "memoryguard", "watch-only", "-n", "default").stdout
+        print(f"\nkubectl describe memoryguard watch-only (out of cluster):\n{described}")
+        assert re.search(r"Dry Run:\s+true", described) and "SidecarInjected" in described, described
+        # Deleted while the operator runs: its finalizer takes the sidecar back out.
+        api.ok("DELETE", guard)
+        wait(lambda: api.get(guard) is None, "the guard gone")
+        assert not injected()
+    finally:
+        stop(proc, timeout=20)
+    assert "Traceback" not in log.read_text(errors="replace")

@@ -14,7 +14,9 @@ from memoryguard_kuberay.core import constants as C
 # finalizer and progress annotations) and to discover namespaces and CRDs.
 # The chart's RBAC rules must equal this (tests/deploy/test_chart.py).
 API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    (C.GROUP, C.PLURAL, ("list", "watch", "patch")),
+    # get: a served guard's spec, read when a younger guard must know which
+    # clusters it takes (guardroster.py lists guards as metadata alone).
+    (C.GROUP, C.PLURAL, ("get", "list", "watch", "patch")),
     (C.GROUP, f"{C.PLURAL}/status", ("patch",)),
     (C.RAY_GROUP, C.RAYCLUSTERS, ("get", "list", "patch")),
     # Pods are listed in pages and watched (podcache.py), never listed whole every cycle.

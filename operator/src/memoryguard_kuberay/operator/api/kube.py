@@ -67,6 +67,19 @@ def pod_path(namespace: str, name: str | None = None, sub: str | None = None) ->
     return _path(("", "v1", "pods"), namespace, name, sub)
 
 
+GUARD_IDENTITY = ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "generation")
+
+
+def guard_identity(guard: Mapping[str, Any]) -> dict[str, Any]:
+    """What the guards of a namespace need of each other to rank them (age,
+    name, being deleted) and to know when a spec changed: a few short
+    fields, whatever else the object carries."""
+    meta = guard.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return {"metadata": {k: meta[k] for k in GUARD_IDENTITY if isinstance(meta.get(k), str | int)
+                         and not isinstance(meta.get(k), bool) and len(str(meta[k])) <= 256}}
+
+
 class Kube:
     def __init__(self, creds: Credentials, *, timeout_s: float = 30.0, user_agent: str = "memoryguard") -> None:
         self.creds = creds
@@ -212,9 +225,22 @@ class Kube:
                                    {"labelSelector": label_selector} if label_selector else {})
 
     async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
-        """The namespace's guards, read in pages (a tenant may have made
-        thousands: one answer of them all is as big as they are)."""
+        """The namespace's guards, whole, read in pages (for the CLI's reads;
+        the operator's guards read each other's identities alone)."""
         return await self.list_all(_path(MEMORYGUARDS, namespace), {})
+
+    async def list_guard_identities(self, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's guards as their age and identity only
+        (``guard_identity``), read in pages of metadata (a tenant may have
+        made thousands, each as big as the server takes: issue 44, 3); a
+        guard's spec is read by ``get_guard`` where it is needed."""
+        out: list[dict[str, Any]] = []
+        async for items, _rv in self.list_pages(_path(MEMORYGUARDS, namespace), {}, metadata_only=True):
+            out += (guard_identity(g) for g in items if isinstance(g, dict))
+        return out
+
+    async def get_guard(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(await self.request("GET", _path(MEMORYGUARDS, namespace, name)))
 
     async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
         return dict(await self.request("GET", _path(RAYCLUSTERS, namespace, name)))

@@ -44,9 +44,8 @@ async def release(ctx: OperatorContext, namespace: str, name: str, body: Mapping
         gs = read_guard_spec(body.get("spec"), sidecar_image=ctx.sidecar_image, trust=ctx.trust)
     except SpecError:
         return  # refused: it never injected, patched or budgeted anything
-    guards = await ctx.roster.guards(namespace)
-    selected = await clusters.select(ctx.kube, namespace=namespace, guard=body, spec=gs, guards=guards,
-                                     trust=ctx.trust)
+    selected = await clusters.select(ctx.kube, namespace=namespace, guard=body, spec=gs,
+                                     guards=await ctx.roster.older_served(namespace, body), trust=ctx.trust)
     ours = await clusters.our_budgets(ctx.kube, namespace, selected.clusters) if gs.pdb.enabled else {}
     for rc in selected.clusters:
         rc_name = rc["metadata"]["name"]

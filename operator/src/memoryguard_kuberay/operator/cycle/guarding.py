@@ -74,11 +74,10 @@ async def cycle(g: Guard, body: Mapping[str, Any], *, stopped: Callable[[], bool
         if spec is None or stopped():
             return await _end(g, body, decided, pods=0 if spec is None else None)
         interval_s = spec.sampling.interval_s
-        guards, d = await steps.admit(g, run)
-        decided += d
+        decided += await steps.admit(g, run)
         if decided.end_in_s is not None or stopped():
             return await _end(g, body, decided, pods=0 if decided.end_in_s is not None else None)
-        selected = await steps.find_clusters(g, run, spec, guards)
+        selected = await steps.find_clusters(g, run, spec)
         if stopped():
             return await _end(g, body, decided)
         decided += await steps.set_up_clusters(g, run, spec, selected)

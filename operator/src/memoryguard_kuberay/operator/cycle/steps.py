@@ -68,20 +68,22 @@ def read_spec(g: Guard, run: Run) -> tuple[GuardSpec | None, Decided]:
     return spec, NOTHING
 
 
-async def admit(g: Guard, run: Run) -> tuple[list[dict[str, Any]], Decided]:
+async def admit(g: Guard, run: Run) -> Decided:
     """The namespace's guards (listed once for all of them): a guard past
     the installer's limit per namespace is refused, saying why, and the
     cycle ends."""
     guards = await g.ctx.roster.guards(g.namespace)
     refused = guardroster.refusal(guards, run.body, g.ctx.roster.limit)
     if refused:
-        return guards, Decided((), status_without_pods(g, run, refused=refused), REFUSED_RETRY_S, "TooManyGuards")
-    return guards, NOTHING
+        return Decided((), status_without_pods(g, run, refused=refused), REFUSED_RETRY_S, "TooManyGuards")
+    return NOTHING
 
 
-async def find_clusters(g: Guard, run: Run, spec: GuardSpec, guards: list[dict[str, Any]]) -> clusters.Selected:
-    """The RayClusters the guard selects, and those it names that are missing or another guard's."""
-    return await clusters.select(g.ctx.kube, namespace=g.namespace, guard=run.body, spec=spec, guards=guards,
+async def find_clusters(g: Guard, run: Run, spec: GuardSpec) -> clusters.Selected:
+    """The RayClusters the guard selects, and those it names that are missing
+    or another (older, served) guard's."""
+    older = await g.ctx.roster.older_served(g.namespace, run.body)
+    return await clusters.select(g.ctx.kube, namespace=g.namespace, guard=run.body, spec=spec, guards=older,
                                  trust=g.ctx.trust)
 
 
