@@ -124,7 +124,10 @@ def test_a_refused_guard_costs_its_identity_and_only_served_guards_are_read_whol
     roster = guardroster.GuardRoster(Kube(), limit=5, ttl_s=60)  # type: ignore[arg-type]
     listed = asyncio.run(roster.guards("ns"))
     assert len(json.dumps(listed)) < 150 * len(guards), len(json.dumps(listed))  # no annotation, field or status
-    assert asyncio.run(roster.older_served("ns", guards[3])) == guards[:3]  # older and served: g0-g2
+    older = asyncio.run(roster.older_served("ns", guards[3]))  # older and served: g0-g2, identity and spec
+    assert older == [{"metadata": {"name": f"g{i}", "uid": f"u{i}", "generation": 1,
+                                   "creationTimestamp": f"2026-01-01T00:00:{i:02d}Z"},
+                      "spec": {"clusterSelector": {"names": [f"rc{i}"]}}} for i in range(3)]
     assert got == ["g0", "g1", "g2"]
     asyncio.run(roster.older_served("ns", guards[30]))  # refused itself: the served older ones, g0-g4
     assert got == ["g0", "g1", "g2", "g3", "g4"]  # g0-g2 kept from before

@@ -86,3 +86,8 @@ ENV_RAY_METRICS_URL = sidecar_env("--ray-metrics-url")
 # names none (docs/facts.md).
 RAY_METRICS_PORT = 8080
 RAY_METRICS_PARAM = "metrics-export-port"
+
+
+def ray_metrics_url(port: int = RAY_METRICS_PORT) -> str:
+    """The raylet's Prometheus endpoint as the sidecar reads it, in its own pod."""
+    return f"http://127.0.0.1:{port}/metrics"

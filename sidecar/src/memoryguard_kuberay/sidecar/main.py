@@ -57,7 +57,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="regex on /proc/<pid>/cmdline that marks the Ray container's processes")
     p.add_argument("--memory-limit-bytes", type=int, default=_env("memory_limit_bytes", None),
                    help="the Ray container's limit (downward API), for the smaps fallback")
-    p.add_argument("--ray-metrics-url", default=_env("ray_metrics_url", f"http://127.0.0.1:{C.RAY_METRICS_PORT}/metrics"),
+    p.add_argument("--ray-metrics-url", default=_env("ray_metrics_url", C.ray_metrics_url()),
                    help="the raylet's Prometheus endpoint ('' to skip the object store)")
     p.add_argument("--ray-metrics-interval", type=float, default=_env("ray_metrics_interval", str(10)),
                    help="minimum seconds between object store scrapes (Ray refreshes about every 10 s)")

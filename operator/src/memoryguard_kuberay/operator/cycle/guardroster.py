@@ -87,9 +87,11 @@ class GuardRoster:
             return listed
 
     async def older_served(self, namespace: str, me: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The served guards older than ``me``, each whole (its spec says
-        which clusters it takes): read once, and again only when its
-        generation changes (a status write does not change it)."""
+        """The served guards older than ``me``, each as its identity and its
+        spec (which clusters it takes; the CRD bounds every field of it):
+        read once, and again only when its generation changes (a status
+        write does not change it). Its status, annotations and managed
+        fields, which a tenant can pad, are not kept."""
         served_now = served(await self.guards(namespace), self.limit)
         held = self._specs.setdefault(namespace, {})
         uids = {str((g.get("metadata") or {}).get("uid", "")) for g in served_now}
@@ -108,9 +110,10 @@ class GuardRoster:
                     whole = await self.kube.get_guard(namespace, str(meta.get("name")))
                 except NotFound:
                     continue  # deleted since the list
-                kept = held[uid] = (meta.get("generation"), whole)
+                kept = held[uid] = (meta.get("generation"), {**guard_identity(whole), "spec": whole.get("spec")})
             out.append(kept[1])
         return out
 
     def forget(self, namespace: str) -> None:
         self._lists.pop(namespace, None)
+        self._specs.pop(namespace, None)

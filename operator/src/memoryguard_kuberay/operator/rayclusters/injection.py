@@ -77,7 +77,7 @@ def sidecar_container(s: SidecarInjection, ray_container_name: str, shm_volume: 
                 # that is not the one it asked (an IP taken over by another pod).
                 {"name": C.ENV_POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
                 {"name": C.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": C.ENV_RAY_METRICS_URL, "value": f"http://127.0.0.1:{ray_metrics_port}{C.PATH_METRICS}"}],
+                {"name": C.ENV_RAY_METRICS_URL, "value": C.ray_metrics_url(ray_metrics_port)}],
         "resources": {"requests": {"cpu": s.cpu_request, "memory": s.memory_request},
                       "limits": {"memory": s.memory_limit}},
         # No readinessProbe: a pod is Ready only when all its containers are,
