@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--plot", metavar="OUT.png", help="draw each trace with the trend and the decisions")
     s.add_argument("--heatmap", metavar="OUT.png", help="draw the traces (rows) over time, coloured by the "
                                                         "projected time to OOM")
+    s.add_argument("--step-effects", metavar="FILE.yaml",
+                   help="what the ladder's reclaim and shed would free, per trace (its name, or *): a share 0-1 "
+                        "of the memory in use it gained since its first sample, e.g. {'*': {reclaim: 0.9}}")
     s.add_argument("--before", nargs="+", metavar="TRACE.csv",
                    help="with --after: traces of a group's pods before a remediation; prints the review the "
                         "operator would give it (effective, no effect, worse)")
@@ -100,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                               "--plot or --heatmap")
                 return commands.compare(args.before, args.after, guard=args.guard, as_json=args.json)
             return commands.simulate(args.traces, guard=args.guard, as_json=args.json, plot=args.plot,
-                                     heatmap=args.heatmap)
+                                     heatmap=args.heatmap, step_effects=args.step_effects)
         if args.command == "bench":
             return _bench(args)
         if args.command == "gen-traces":

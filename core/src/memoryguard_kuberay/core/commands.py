@@ -17,7 +17,7 @@ import yaml
 from memoryguard_kuberay.core import scoring, specfields
 from memoryguard_kuberay.core.policy import efficacy
 from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
-from memoryguard_kuberay.core.simulate import Replay, replay
+from memoryguard_kuberay.core.simulate import NO_EFFECTS, Replay, StepEffects, replay
 from memoryguard_kuberay.core.tracegen import generate, labels_for
 from memoryguard_kuberay.core.traces import Trace, TraceError, read_labels, read_trace, trace_files, write_trace
 from memoryguard_kuberay.core.traceshapes import example_shapes, random_shapes
@@ -143,12 +143,66 @@ def check_picture(path: str) -> None:
         raise UsageError(f"{path}: a picture is drawn as {', '.join(PICTURE_SUFFIXES)}; name the file so")
 
 
+MAX_EFFECTS_BYTES = 1024 * 1024
+LADDER_LINES = 6  # a trace's ladder moves printed as text; --json has them all
+
+
+def load_step_effects(path: str | None) -> dict[str, StepEffects]:
+    """``--step-effects FILE.yaml``: a trace's name (or ``*``, for every other
+    trace) to what its ladder's steps would free, each a share (0-1) of the
+    memory in use the pod gained since its first sample:
+    ``{leak_steady: {reclaim: 0}, gc_garbage: {reclaim: 0.9, shed: 0}}``."""
+    if path is None:
+        return {}
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{path}: not a regular file" if p.exists() else f"{path}: No such file")
+    if p.stat().st_size > MAX_EFFECTS_BYTES:
+        raise UsageError(f"{path}: over {MAX_EFFECTS_BYTES} bytes; a step-effects file maps trace names to two "
+                         "numbers")
+    try:
+        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
+        raise UsageError(f"{path}: not YAML ({type(e).__name__})") from None
+    if not isinstance(doc, Mapping):
+        raise UsageError(f"{path}: must map trace names (or *) to {{reclaim: share, shed: share}}")
+    out: dict[str, StepEffects] = {}
+    for name, value in doc.items():
+        where = f"{path}: {str(name)[:60]}"
+        if not isinstance(value, Mapping) or not set(value) <= {"reclaim", "shed"}:
+            raise UsageError(f"{where}: must be {{reclaim: share, shed: share}} (each 0-1)")
+        shares: dict[str, float] = {}
+        for k, v in value.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise UsageError(f"{where}.{k}: must be a share from 0 to 1, got {str(v)[:40]}")
+            shares[k] = float(v)
+        out[str(name)] = StepEffects(**shares)
+    return out
+
+
+def _ladder_lines(rep: Replay, out: IO[str]) -> None:
+    if not rep.ladder:
+        return
+    asked = [m for m in rep.ladder if m.move.started]
+    judged = [m.move.judged for m in rep.ladder if m.move.judged is not None]
+    counts = ", ".join(f"{sum(1 for m in asked if m.move.rung.value == r)} {r.lower()}"
+                       for r in ("Reclaim", "Shed", "Replace"))
+    effective = sum(1 for j in judged if j.effect.value == "Effective")
+    print(f"  ladder: {counts} asked; {effective} of {len(judged)} judged effective", file=out)
+    for m in rep.ladder[:LADDER_LINES]:
+        print(f"  {_hours(m.t_s):>9}  ladder    {m.move.rung.value:<20} {m.move.message}", file=out)
+    if len(rep.ladder) > LADDER_LINES:
+        print(f"  ... {len(rep.ladder) - LADDER_LINES} more ladder moves (--json has them all)", file=out)
+
+
 def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: str | None,
-             heatmap: str | None = None, out: IO[str] = sys.stdout, progress: IO[str] = sys.stderr) -> int:
+             heatmap: str | None = None, out: IO[str] = sys.stdout, progress: IO[str] = sys.stderr,
+             step_effects: str | None = None) -> int:
     for path in (plot, heatmap):
         if path:
             check_picture(path)
     settings = load_guard_settings(guard)
+    effects = load_step_effects(step_effects)
     unreadable: dict[str, str] = {}
     traces = load_traces(paths, unreadable=unreadable)
     say_unreadable(unreadable, progress)
@@ -159,7 +213,8 @@ def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: st
     for i, tr in enumerate(traces, 1):
         if not as_json and len(traces) > 3:
             print(f"[{i}/{len(traces)}] {tr.name} ({len(tr.samples)} samples)", file=progress)
-        results.append((tr, replay(tr.name, tr.samples, settings)))
+        said = effects.get(tr.name, effects.get("*", NO_EFFECTS))
+        results.append((tr, replay(tr.name, tr.samples, settings, said)))
     if as_json:
         doc: dict[str, Any] = {"traces": {tr.name: rep.to_dict() for tr, rep in results}}
         if unreadable:
@@ -173,6 +228,7 @@ def simulate(paths: Sequence[str], *, guard: str | None, as_json: bool, plot: st
             for td in rep.decisions:
                 d = td.decision
                 print(f"  {_hours(td.t_s):>9}  {d.action.value:<9} {d.reason.value:<20} {d.message}", file=out)
+            _ladder_lines(rep, out)
     if plot:
         from memoryguard_kuberay.core.plot import plot_replays
 

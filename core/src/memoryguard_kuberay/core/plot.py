@@ -19,6 +19,7 @@ ETA_CAP_H = 24.0  # the projection's axis stops here: beyond a day it says nothi
 LIMIT_LABEL = "limit (the kernel OOM-kills here)"
 # Mark colours by what happened: the legend names each once.
 MARKS = {"rotate": "red", "remediate": "tab:purple", "revert": "tab:brown", "OOM kill": "black"}
+LADDER_MARKS = {"Reclaim": "tab:cyan", "Shed": "tab:olive", "Replace": "tab:red"}  # the ladder's steps asked
 
 
 def plot_replays(pairs: Sequence[tuple[Trace, Replay]], out: str | Path) -> None:
@@ -53,6 +54,11 @@ def replay_figure(pairs: Sequence[tuple[Trace, Replay]]) -> tuple[Any, Any]:
         ax2.tick_params(labelsize=7)
         for td in rep.decisions:
             mark(ax, td.t_s / 3600, td.decision.action.value, td.decision.reason.value)
+        for rung, color in LADDER_MARKS.items():
+            asked = [m.t_s / 3600 for m in rep.ladder if m.move.started and m.move.rung.value == rung]
+            if asked:  # ticks along the foot of the panel: a pod may be asked a hundred times in a day
+                ax.scatter(asked, [0.02] * len(asked), transform=ax.get_xaxis_transform(), marker="^", s=14,
+                           color=color, label=f"{rung.lower()} asked", zorder=3)
         for t in oom_kills(trace):
             mark(ax, t / 3600, "OOM kill", "kernel OOM kill")
         ax.set_title(trace.name, fontsize=9, loc="left")

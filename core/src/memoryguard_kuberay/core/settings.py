@@ -111,6 +111,34 @@ POLICY_FIELDS: tuple[Field, ...] = (
     Field("rotation.drainTimeoutSeconds", Kind.INT, 600,
           "Deadline given to Ray's DrainNode before the pod is evicted.",
           unit="s", minimum=0, maximum=86400, attr="drain_timeout_s"),
+    # The graded response before a rotation (issue 41: policy/ladder.py).
+    Field("ladder.enabled", Kind.BOOL, True,
+          "Answer pressure by a ladder before a rotation: reclaim, then shed, each judged by its effect (false: "
+          "rotation alone). The pod's level and the step asked are its memoryguard.io/pressure annotation, a "
+          "file in its containers.",
+          attr="ladder_enabled"),
+    Field("ladder.reclaimPercent", Kind.NUMBER, 80,
+          "Memory in use at or above this share of the limit is Elevated: the workload is asked to reclaim "
+          "(Ray's garbage collection, its own caches).",
+          unit="percent", minimum=10, maximum=100, attr="reclaim_fraction", percent=True),
+    Field("ladder.reclaimHorizonSeconds", Kind.INT, 21600,
+          "...or the projected OOM this close.",
+          unit="s", minimum=60, maximum=172800, attr="reclaim_horizon_s"),
+    Field("ladder.shedPercent", Kind.NUMBER, 90,
+          "At or above this share the level is High: once a reclaim did not move the pod, it is asked to shed "
+          "(take no new low-priority work).",
+          unit="percent", minimum=10, maximum=100, attr="shed_fraction", percent=True),
+    Field("ladder.shedHorizonSeconds", Kind.INT, 10800,
+          "...or the projected OOM this close. A shed that did not move a pod projected to its limit this close "
+          "asks for the rotation.",
+          unit="s", minimum=60, maximum=172800, attr="shed_horizon_s"),
+    Field("ladder.settleSeconds", Kind.INT, 600,
+          "A step is judged this long after it was asked: memory in use freed, and the creep after it against "
+          "the creep before.",
+          unit="s", minimum=30, maximum=86400, attr="ladder_settle_s"),
+    Field("ladder.minFreedPercent", Kind.NUMBER, 2,
+          "A step that freed this share of the limit (or halved the creep) was effective.",
+          unit="percent", minimum=0.1, maximum=100, attr="ladder_min_freed_fraction", percent=True),
     # The guard's scope and mode (spec's top level).
     Field("includeHead", Kind.BOOL, False,
           "Allow rotating the head pod (it restarts the whole cluster's control plane).",
@@ -158,6 +186,13 @@ class PolicySettings:
     cooldown_s: int = _default("cooldown_s")
     max_rotations_per_hour: int = _default("max_rotations_per_hour")
     drain_timeout_s: int = _default("drain_timeout_s")
+    ladder_enabled: bool = _default("ladder_enabled")
+    reclaim_fraction: float = _default("reclaim_fraction")
+    reclaim_horizon_s: int = _default("reclaim_horizon_s")
+    shed_fraction: float = _default("shed_fraction")
+    shed_horizon_s: int = _default("shed_horizon_s")
+    ladder_settle_s: int = _default("ladder_settle_s")
+    ladder_min_freed_fraction: float = _default("ladder_min_freed_fraction")
     include_head: bool = _default("include_head")
     dry_run: bool = _default("dry_run")
 
@@ -185,7 +220,7 @@ class PolicySettings:
                 errors.append(said(f, problem))
                 continue
             values[f.attr] = f.held(value)
-        for section_name in ("policy", "rotation"):
+        for section_name in ("policy", "rotation", "ladder"):
             section = spec.get(section_name)
             if isinstance(section, Mapping):
                 for key in section:
@@ -199,7 +234,7 @@ class PolicySettings:
 
     def contradictions(self) -> list[str]:
         """Rules that span fields (CROSS_RULES; the CRD has each as CEL)."""
-        return [f"policy.{r.message}" for r in CROSS_RULES if not r.holds(self)]
+        return [f"{r.section}.{r.message}" for r in CROSS_RULES if not r.holds(self)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +245,7 @@ class CrossRule:
     cel: str
     message: str
     holds: Callable[[PolicySettings], bool]
+    section: str = "policy"  # the spec's object the CEL rule sits on
 
 
 # A real API server hands CEL an int for 1800 and a double for 1800.0, and
@@ -232,6 +268,14 @@ CROSS_RULES: tuple[CrossRule, ...] = (
               "double(self.hysteresisPercent) < double(self.criticalPercent)",
               "hysteresisPercent must be below criticalPercent",
               lambda s: s.hysteresis_fraction < s.critical_fraction),
+    CrossRule("!has(self.reclaimPercent) || !has(self.shedPercent) || "
+              "double(self.reclaimPercent) <= double(self.shedPercent)",
+              "reclaimPercent must not exceed shedPercent", lambda s: s.reclaim_fraction <= s.shed_fraction,
+              section="ladder"),
+    CrossRule("!has(self.reclaimHorizonSeconds) || !has(self.shedHorizonSeconds) || "
+              "double(self.shedHorizonSeconds) <= double(self.reclaimHorizonSeconds)",
+              "shedHorizonSeconds must not exceed reclaimHorizonSeconds",
+              lambda s: s.shed_horizon_s <= s.reclaim_horizon_s, section="ladder"),
 )
 
 

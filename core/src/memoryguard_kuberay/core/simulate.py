@@ -1,6 +1,18 @@
 """Replay traces through the policy exactly as the operator would: sample by
-sample, deciding after each, and stop a trace at its first rotation (the pod
-would be gone). Used by ``memoryguard-kuberay simulate`` and ``memoryguard-kuberay bench``."""
+sample, deciding after each, the ladder climbed after each decision as the
+operator climbs it (policy/ladder.py), and stop a trace at its first
+rotation (the pod would be gone). Used by ``memoryguard-kuberay simulate``
+and ``memoryguard-kuberay bench``.
+
+A trace is what a pod did when nobody asked it anything, so what a reclaim
+or a shed would have freed is the caller's to say (``StepEffects``: a
+share of the memory in use the pod gained since its first sample). From the
+step on, every later sample reads that much less: the garbage or the cache
+is gone and the growth goes on from there, and the trace's later OOM kills
+are not counted (they were the kernel's answer to memory the steps freed;
+the pod, reading less, has not reached its limit when the trace does). With
+no effects said, a step
+frees nothing, and the ladder can only ask for a rotation sooner."""
 
 from __future__ import annotations
 
@@ -10,6 +22,7 @@ from typing import Any
 
 from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, RotationHistory, decide
 from memoryguard_kuberay.core.policy.efficacy import creep_bytes_per_h
+from memoryguard_kuberay.core.policy.ladder import Move, Rung, Step, climb
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
 
@@ -26,6 +39,41 @@ class TimedDecision:
 
 
 @dataclasses.dataclass(frozen=True)
+class StepEffects:
+    """What each step of the ladder would free, as a share (0-1) of the
+    memory in use the pod gained since its first sample."""
+
+    reclaim: float = 0.0
+    shed: float = 0.0
+
+    def share(self, rung: Rung) -> float:
+        return self.reclaim if rung is Rung.RECLAIM else self.shed if rung is Rung.SHED else 0.0
+
+
+NO_EFFECTS = StepEffects()
+
+
+@dataclasses.dataclass(frozen=True)
+class LadderMark:
+    """A move of the ladder worth a line: a step asked, judged or ended."""
+
+    t_s: float
+    move: Move
+    freed_bytes: int = 0  # what the step was said to free (StepEffects), at its start
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.move
+        out: dict[str, Any] = {"t_s": _int_if_whole(self.t_s), "level": m.level.value, "rung": m.rung.value,
+                               "message": m.message}
+        if m.judged is not None:
+            out["judged"] = {"rung": m.judged.rung.value, "effect": m.judged.effect.value,
+                             "freed_bytes": m.judged.freed_bytes}
+        if self.freed_bytes:
+            out["simulated_freed_bytes"] = self.freed_bytes
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
 class Replay:
     name: str
     samples_replayed: int
@@ -35,27 +83,67 @@ class Replay:
     # The pod's creep where the replay ended (as the operator last saw it), and its limit.
     creep_bytes_per_h: float | None = None
     limit_bytes: int | None = None
+    ladder: tuple[LadderMark, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "first_rotation_s": None if self.first_rotation_s is None else int(self.first_rotation_s),
             "decisions": [td.to_dict() for td in self.decisions],
         }
+        if self.ladder:
+            out["ladder"] = [m.to_dict() for m in self.ladder]
+        return out
 
 
-def replay(name: str, samples: Sequence[Sample], settings: PolicySettings) -> Replay:
+def _less(sample: Sample, freed: float, kills: int | None) -> Sample:
+    """The sample with ``freed`` bytes fewer in use (anon, and so
+    memory.current), its OOM-kill counter held at ``kills``."""
+    if freed <= 0:
+        return sample
+    changes: dict[str, Any] = {"oom_kill_count": kills if kills is not None else sample.oom_kill_count}
+    if sample.anon_bytes is not None:
+        changes["anon_bytes"] = max(0, int(sample.anon_bytes - freed))
+    if sample.memory_current_bytes is not None:
+        changes["memory_current_bytes"] = max(0, int(sample.memory_current_bytes - freed))
+    return dataclasses.replace(sample, **changes)
+
+
+def replay(name: str, samples: Sequence[Sample], settings: PolicySettings,
+           effects: StepEffects = NO_EFFECTS) -> Replay:
     window = PodWindow(settings)
     history = RotationHistory()
     acted: list[TimedDecision] = []
+    marks: list[LadderMark] = []
     projections: list[tuple[float, float | None]] = []
     first_rotation: float | None = None
+    step: Step | None = None
+    freed = 0.0  # what the steps taken so far freed (StepEffects): every later sample reads that much less
+    first_used: int | None = None
+    kills: int | None = None  # the OOM-kill counter when a step first freed something
     n = 0
-    for sample in samples:
+    for raw in samples:
         n += 1
+        sample = _less(raw, freed, kills)
+        if first_used is None:
+            first_used = raw.unreclaimable_bytes
         if not window.add(sample):
             continue
         now = sample.time_s
         decisions = decide(settings=settings, window=window, history=history, now_s=now)
+        move = climb(settings=settings, step=step, decision=decisions[0], window=window, now_s=now)
+        step = move.step
+        if move.wants_replace and decisions[0].action is not Action.ROTATE and not history.ladder_replace:
+            # As the operator does: the ladder's last rung asks the policy for the rotation, through its gates.
+            decisions = decide(settings=settings, window=window,
+                               history=dataclasses.replace(history, ladder_replace=True), now_s=now)
+        if move.started or move.judged is not None or move.ended:
+            share = effects.share(move.rung) if move.started else 0.0
+            gained = (raw.unreclaimable_bytes or 0) - (first_used or 0) - freed
+            now_freed = int(max(0.0, gained) * share)
+            if now_freed and freed == 0:
+                kills = raw.oom_kill_count
+            freed += now_freed
+            marks.append(LadderMark(now, move, now_freed))
         projections.append((now, decisions[0].evidence.projected_oom_s))
         for dec in decisions:
             if dec.action is Action.NONE:
@@ -70,7 +158,7 @@ def replay(name: str, samples: Sequence[Sample], settings: PolicySettings) -> Re
         if first_rotation is not None:
             break
     return Replay(name, n, first_rotation, tuple(acted), tuple(projections), creep_bytes_per_h(window),
-                  window.limit_bytes)
+                  window.limit_bytes, tuple(marks))
 
 
 def _int_if_whole(x: float) -> float | int:

@@ -83,6 +83,8 @@ _MODE_DOC = "off: nothing; recommend: Event and status only; auto: patch the wor
 SECTIONS: dict[str, str] = {
     "policy": "When a worker is at risk: the thresholds, trends and durations the policy judges by.",
     "rotation": "How an at-risk worker is replaced, and the budgets that bound it.",
+    "ladder": "The graded response before a rotation: reclaim, then shed, then replace, each step judged by "
+              "its effect (docs/how-it-works.md, The ladder).",
     "sampling": "How the sidecars are polled.",
     "remediation": "What to change in the worker groups' pod templates when the policy advises it.",
     "remediation.jemalloc": "jemalloc for fragmentation (a plateau).",
@@ -249,7 +251,7 @@ def read(spec: Mapping[str, Any], policy: core_settings.PolicySettings) -> tuple
 # -- the whole spec ----------------------------------------------------------------------------
 # The rotation fields the operator reads itself (the rest of spec.rotation is the core's policy).
 OPERATOR_ROTATION_KEYS = frozenset(f.path.split(".")[1] for f in FIELDS if f.path.startswith("rotation."))
-_POLICY_TOP = ("policy", "includeHead", "dryRun")
+_POLICY_TOP = ("policy", "ladder", "includeHead", "dryRun")
 
 
 def policy_part(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,8 +32,9 @@ def schema_into(spec: dict[str, Any]) -> None:
         for i, part in enumerate(parents):
             node = node["properties"].setdefault(part, _obj(".".join(parents[:i + 1])))
         node["properties"][name] = crd_property(f)
-    spec["properties"]["policy"]["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message}
-                                                                 for r in CROSS_RULES]
+    for cross in CROSS_RULES:
+        spec["properties"][cross.section].setdefault("x-kubernetes-validations", []).append(
+            {"rule": cross.cel, "message": cross.message})
     for r in OBJECT_RULES:
         node = spec
         for part in r.path.split(".") if r.path else []:

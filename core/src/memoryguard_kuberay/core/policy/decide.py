@@ -156,6 +156,8 @@ def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHist
         else:
             remediate = (rule.reason, notes)
 
+    if wanted is None and history.ladder_replace:
+        wanted = (Reason.LADDER_EXHAUSTED, ["the ladder's reclaim and shed did not slow its growth toward the limit"])
     if wanted is not None:
         reason, notes = wanted
         message = f"{summary(ev)}: {'; '.join(notes)}"
@@ -200,7 +202,8 @@ def urgency(decision: Decision | None) -> float:
     if decision is None:
         return float("inf")
     ev = decision.evidence
-    if decision.reason in (Reason.PROJECTED_OOM, Reason.RAPID_GROWTH) and ev.projected_oom_s is not None:
+    if decision.reason in (Reason.PROJECTED_OOM, Reason.RAPID_GROWTH, Reason.LADDER_EXHAUSTED) \
+            and ev.projected_oom_s is not None:
         return ev.projected_oom_s
     if decision.reason is Reason.OBJECT_STORE_FILLING and ev.store_projected_full_s is not None:
         return ev.store_projected_full_s

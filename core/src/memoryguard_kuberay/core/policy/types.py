@@ -34,6 +34,7 @@ class Reason(str, enum.Enum):
     OBJECT_STORE_FILLING = "ObjectStoreFilling"
     OBJECT_STORE_FULL = "ObjectStoreFull"
     USER_REQUESTED = "UserRequested"
+    LADDER_EXHAUSTED = "ReclaimAndShedIneffective"  # the ladder's last rung (ladder.py)
     # Remediate.
     GROWTH_PLATEAU = "GrowthPlateau"
 
@@ -97,6 +98,9 @@ class RotationHistory:
     guard_rotations_last_hour: int = 0
     remediation_advised: bool = False  # a plateau was already reported
     user_requested: bool = False  # memoryguard.io/rotate=now
+    # The ladder's reclaim and shed did not move a pod heading for its limit
+    # (ladder.py): a rotation wanted, through the same gates.
+    ladder_replace: bool = False
     # Pods that go with this one: the hosts of its multi-host replica
     # (KubeRay deletes a replica's other hosts once one is gone), 1 alone.
     hosts_per_replica: int = 1

@@ -1,0 +1,146 @@
+"""The graded response (core/policy/ladder.py, issue 41): the levels from
+the policy's figures with hysteresis, reclaim before shed before replace,
+each step judged by its measured effect, and ``simulate``'s replay of it
+with what a step would free said per trace."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
+from memoryguard_kuberay.core.policy.ladder import Effect, Level, Rung, level_of
+from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
+from memoryguard_kuberay.core.simulate import StepEffects, replay
+from tests.core.helpers import LIMIT, series
+
+H = 3600.0
+S = PolicySettings()
+
+
+def _decision(frac: float, eta: float | None = None, action: Action = Action.NONE,
+              reason: Reason = Reason.HEALTHY) -> Decision:
+    return Decision(action, reason, "", Evidence(used_bytes=int(frac * LIMIT), limit_bytes=LIMIT,
+                                                 projected_oom_s=eta))
+
+
+@pytest.mark.parametrize("frac,eta,held,level", [
+    (0.50, None, Level.NORMAL, Level.NORMAL),
+    (0.81, None, Level.NORMAL, Level.ELEVATED),  # reclaimPercent (80)
+    (0.78, None, Level.NORMAL, Level.NORMAL),
+    (0.78, None, Level.ELEVATED, Level.ELEVATED),  # held: left only 3 points below
+    (0.76, None, Level.ELEVATED, Level.NORMAL),
+    (0.50, 5 * H, Level.NORMAL, Level.ELEVATED),  # the projection within reclaimHorizonSeconds (6 h)
+    (0.50, 7 * H, Level.ELEVATED, Level.ELEVATED),  # held: left a quarter beyond it
+    (0.50, 8 * H, Level.ELEVATED, Level.NORMAL),
+    (0.91, None, Level.NORMAL, Level.HIGH),  # shedPercent (90)
+    (0.60, 2 * H, Level.NORMAL, Level.HIGH),  # within shedHorizonSeconds (3 h)
+])
+def test_the_level_from_the_policys_figures(frac: float, eta: float | None, held: Level, level: Level) -> None:
+    assert level_of(_decision(frac, eta), S, held) is level
+
+
+def test_a_rotation_the_policy_wants_or_defers_is_critical() -> None:
+    assert level_of(_decision(0.5, action=Action.ROTATE, reason=Reason.PROJECTED_OOM), S) is Level.CRITICAL
+    assert level_of(_decision(0.5, reason=Reason.ROTATION_DEFERRED), S) is Level.CRITICAL
+
+
+def _leak(per_h: float, start_h: float = 4.0, base: float = 0.5) -> list:
+    return series(lambda t: base + per_h * max(0.0, t / H - start_h), hours=start_h + (1.0 - base) / per_h + 1)
+
+
+def test_a_pod_held_high_without_growth_is_asked_to_reclaim_and_never_replaced() -> None:
+    # A model and its cache at 85% from the start, for half a day: elevated,
+    # reclaim asked and judged (the trace frees nothing: no effect), no shed
+    # below 90%, no rotation.
+    samples = series(lambda t: 0.85, hours=12)
+    rep = replay("cache", samples, S)
+    rungs = [(m.move.rung, m.move.judged.effect if m.move.judged else None) for m in rep.ladder]
+    assert rungs[0] == (Rung.RECLAIM, None)
+    assert (Rung.RECLAIM, Effect.NO_EFFECT) in rungs
+    assert Rung.SHED not in {r for r, _ in rungs} and Rung.REPLACE not in {r for r, _ in rungs}
+    assert rep.first_rotation_s is None
+    assert "reclaim asked" in rep.ladder[0].move.message and "Elevated" in rep.ladder[0].move.message
+
+
+def test_a_true_leak_climbs_every_rung_and_is_rotated_no_later_than_without_the_ladder() -> None:
+    samples = _leak(0.04)
+    with_ladder = replay("leak", samples, S)
+    without = replay("leak", samples, PolicySettings(ladder_enabled=False))
+    assert without.first_rotation_s is not None and not without.ladder
+    assert with_ladder.first_rotation_s is not None and with_ladder.first_rotation_s <= without.first_rotation_s
+    judged = [(m.move.judged.rung, m.move.judged.effect) for m in with_ladder.ladder if m.move.judged]
+    assert (Rung.RECLAIM, Effect.NO_EFFECT) in judged and (Rung.SHED, Effect.NO_EFFECT) in judged
+    started = [m.move.rung for m in with_ladder.ladder if m.move.started]
+    assert started.index(Rung.RECLAIM) < started.index(Rung.SHED)
+
+
+def test_garbage_a_reclaim_frees_is_never_rotated() -> None:
+    # The same climb, but what it gains is garbage a reclaim frees whole
+    # (cyclic garbage holding ObjectRefs, freed by Ray's global GC): each
+    # reclaim is judged effective, and the pod is never rotated.
+    samples = _leak(0.04)
+    rep = replay("garbage", samples, S, StepEffects(reclaim=1.0))
+    assert rep.first_rotation_s is None
+    effective = [m for m in rep.ladder if m.move.judged and m.move.judged.effect is Effect.EFFECTIVE]
+    assert effective and effective[0].move.judged.rung is Rung.RECLAIM
+    assert effective[0].move.judged.freed_bytes > S.ladder_min_freed_fraction * LIMIT
+    assert "freed" in effective[0].move.message and "effective" in effective[0].move.message
+    assert sum(m.freed_bytes for m in rep.ladder) > 0
+    assert not any(m.move.rung is Rung.SHED for m in rep.ladder)
+
+
+def test_a_cache_a_shed_frees_steps_the_pod_back_down() -> None:
+    # Nothing a reclaim frees, half of the growth freed by a shed.
+    samples = _leak(0.04)
+    rep = replay("cache", samples, S, StepEffects(shed=0.5))
+    judged = [(m.move.judged.rung, m.move.judged.effect) for m in rep.ladder if m.move.judged]
+    assert (Rung.RECLAIM, Effect.NO_EFFECT) in judged and (Rung.SHED, Effect.EFFECTIVE) in judged
+    assert any(m.move.judged and m.move.judged.rung is Rung.SHED and m.move.rung in (Rung.RECLAIM, Rung.NONE)
+               for m in rep.ladder)
+
+
+def test_with_the_ladder_off_nothing_is_asked() -> None:
+    rep = replay("leak", _leak(0.04), PolicySettings.from_spec({"ladder": {"enabled": False}}))
+    assert rep.ladder == ()
+
+
+def test_the_ladders_settings_are_read_and_checked() -> None:
+    s = PolicySettings.from_spec({"ladder": {"reclaimPercent": 70, "settleSeconds": 120}})
+    assert s.reclaim_fraction == pytest.approx(0.70) and s.ladder_settle_s == 120
+    with pytest.raises(SettingsError, match=re.escape("ladder.reclaimPercent must not exceed shedPercent")):
+        PolicySettings.from_spec({"ladder": {"reclaimPercent": 95, "shedPercent": 90}})
+    with pytest.raises(SettingsError, match=re.escape("spec.ladder.reclaimPercnt: unknown setting")):
+        PolicySettings.from_spec({"ladder": {"reclaimPercnt": 70}})
+
+
+def test_simulate_reads_step_effects_per_trace_and_refuses_bad_ones(tmp_path) -> None:
+    import io
+    import json
+
+    from memoryguard_kuberay.core import commands
+    from memoryguard_kuberay.core.traces import write_trace
+
+    trace = tmp_path / "garbage.csv"
+    with open(trace, "w") as f:
+        write_trace(_leak(0.04), f)
+    effects = tmp_path / "effects.yaml"
+    effects.write_text("'*': {reclaim: 0}\ngarbage: {reclaim: 1.0}\n")
+    out = io.StringIO()
+    assert commands.simulate([str(trace)], guard=None, as_json=True, plot=None, out=out, progress=io.StringIO(),
+                             step_effects=str(effects)) == 0
+    doc = json.loads(out.getvalue())["traces"]["garbage"]
+    assert doc["first_rotation_s"] is None
+    assert any(m.get("judged", {}).get("effect") == "Effective" for m in doc["ladder"])
+    assert any(m.get("simulated_freed_bytes", 0) > 0 for m in doc["ladder"])
+    text = io.StringIO()
+    commands.simulate([str(trace)], guard=None, as_json=False, plot=None, out=text, progress=io.StringIO())
+    assert "  ladder: 1 reclaim, 1 shed, 0 replace asked; 0 of 2 judged effective" in text.getvalue()
+    for body, words in [("garbage: {reclaim: 2}", "garbage.reclaim: must be a share from 0 to 1"),
+                        ("garbage: {gc: 1}", "garbage: must be {reclaim: share, shed: share}"),
+                        ("[1, 2]", "must map trace names"), ("a: [", "not YAML")]:
+        effects.write_text(body)
+        with pytest.raises(commands.UsageError, match=re.escape(words)):
+            commands.simulate([str(trace)], guard=None, as_json=True, plot=None, out=io.StringIO(),
+                              progress=io.StringIO(), step_effects=str(effects))
