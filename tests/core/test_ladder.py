@@ -144,3 +144,49 @@ def test_simulate_reads_step_effects_per_trace_and_refuses_bad_ones(tmp_path) ->
         with pytest.raises(commands.UsageError, match=re.escape(words)):
             commands.simulate([str(trace)], guard=None, as_json=True, plot=None, out=io.StringIO(),
                               progress=io.StringIO(), step_effects=str(effects))
+
+
+def test_the_ladders_rotation_goes_through_the_policys_gates() -> None:
+    from memoryguard_kuberay.core.policy import RotationHistory, decide
+    from tests.core.helpers import window_of
+
+    samples = series(lambda t: 0.6, hours=4)
+    w = window_of(samples)
+    now = samples[-1].time_s
+    [d] = decide(settings=S, window=w, history=RotationHistory(ladder_replace=True), now_s=now)
+    assert (d.action, d.reason) == (Action.ROTATE, Reason.LADDER_EXHAUSTED)
+    [held] = decide(settings=PolicySettings(max_rotations_per_hour=0), window=w,
+                    history=RotationHistory(ladder_replace=True), now_s=now)
+    assert held.reason is Reason.ROTATION_DEFERRED and "ReclaimAndShedIneffective" in held.message
+    [calm] = decide(settings=S, window=w, history=RotationHistory(), now_s=now)
+    assert calm.action is Action.NONE
+
+
+def test_the_pressure_file_reads_back_and_on_pressure_calls_on_each_change(tmp_path) -> None:
+    import threading
+    import time
+
+    from memoryguard_kuberay.core import pressure
+
+    p = pressure.Pressure("High", "Shed", "2026-12-05T10:00:00.000000Z", 5400.0, 3 * 1024**3, 1e9, None, "g")
+    assert pressure.parse(p.to_json()) == pressure.Pressure("High", "Shed", "2026-12-05T10:00:00.000000Z", 5400.0,
+                                                            3 * 1024**3, 1e9, None, "g")
+    assert pressure.parse("") == pressure.NORMAL  # the downward API's file while the annotation is unset
+    for bad in ("{", "[]", '{"level": "High", "step": "Run"}', "x" * 600, '{"level": "High", "step": "Shed",'
+                ' "usedBytes": "1e400"}'):
+        got = pressure.parse(bad)
+        assert got is None or got.used_bytes is None
+    f = tmp_path / "pressure"
+    f.write_text("")
+    seen: list[str] = []
+    stop = threading.Event()
+    t = pressure.on_pressure(lambda q: seen.append(q.step), path=str(f), interval_s=0.02, stop=stop)
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    f.write_text(p.to_json())
+    while len(seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    t.join(2)
+    assert seen == ["None", "Shed"]

@@ -28,6 +28,13 @@ ANN_GUARD = PREFIX + "rotation-guard"
 ANN_DRAIN = PREFIX + "rotation-drain"
 # On a pod, by a user: rotate it now.
 ANN_ROTATE = PREFIX + "rotate"
+# On a pod, by the operator: its pressure level and the ladder's step asked
+# (core/pressure.py's JSON), shown to its containers as a file by a
+# downward API volume (PRESSURE_VOLUME at PRESSURE_DIR/PRESSURE_FILE).
+ANN_PRESSURE = PREFIX + "pressure"
+PRESSURE_VOLUME = "memoryguard-pressure"
+PRESSURE_DIR = "/etc/memoryguard"
+PRESSURE_FILE = "pressure"
 # On a RayCluster, by the operator.
 ANN_INJECTED = PREFIX + "injected"
 ANN_REMEDIATION = PREFIX + "remediation"

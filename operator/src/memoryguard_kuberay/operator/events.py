@@ -34,6 +34,11 @@ class EventReason(str, enum.Enum):
     STATUS_RECORD_DROPPED = "StatusRecordDropped"
     ASK_IGNORED = "RotateAnnotationIgnored"  # a memoryguard.io/rotate value not taken
     INVALID_SPEC = "InvalidSpec"
+    # The ladder before a rotation (cycle/laddering.py): a step asked of a
+    # pod, its measured effect, and the pressure gone.
+    PRESSURE_STEP = "PressureStepAsked"
+    PRESSURE_STEP_JUDGED = "PressureStepJudged"
+    PRESSURE_EASED = "PressureEased"
     FORENSICS_KEPT = "ForensicsKept"
     FORENSICS_FAILED = "ForensicsFailed"
 

@@ -80,6 +80,9 @@ class OperatorMetrics:
                                          "refused past evictionTimeoutSeconds", g, registry=r)
         self.remediations = Counter(P + "remediations", "remediations by kind and mode", [*g, "kind", "mode"],
                                     registry=r)
+        self.ladder_steps = Counter(P + "ladder_steps", "the ladder's steps before a rotation, by step (Reclaim, "
+                                    "Shed, Replace) and outcome (asked, Effective, NoEffect)",
+                                    [*g, "step", "outcome"], registry=r)
         self.reviews = Counter(P + "remediation_reviews", "remediations judged, by kind and verdict (Effective, "
                                "NoEffect, Worse)", [*g, "kind", "verdict"], registry=r)
         self.poll_errors = Counter(P + "sidecar_poll_errors", "failed sidecar polls, by why (SidecarUnreachable, "

@@ -41,6 +41,7 @@ class PodView:
     failure: PollFailure | None = None  # why its last poll brought no samples
     template: str = ""  # the pod's template revision (podinfo.PodInfo.template)
     creep_bytes_per_h: float | None = None  # its trend, once it spans the policy's minimum
+    pressure: Mapping[str, Any] | None = None  # the ladder's level and step (cycle/laddering.py)
 
 
 def condition(kind: str, ok: bool, reason: str, message: str, now_iso: str,
@@ -69,6 +70,7 @@ def pod_status(v: PodView) -> dict[str, Any]:
            if ev.node_ceiling_bytes is not None else {}),
         **({"sidecarError": v.sidecar_error[:MESSAGE_MAX]} if v.sidecar_error else {}),
         **({"pollFailure": v.failure.value} if v.failure and v.sidecar_error else {}),
+        **({"pressure": dict(v.pressure)} if v.pressure else {}),
     }
 
 

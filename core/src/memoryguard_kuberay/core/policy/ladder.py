@@ -217,9 +217,10 @@ def _why(level: Level, decision: Decision) -> str:
 
 
 def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, window: PodWindow,
-          now_s: float) -> Move:
+          now_s: float, shed_waits: str | None = None) -> Move:
     """One pod's ladder now, from its last step (None: nothing asked) and
-    the policy's decision for it now."""
+    the policy's decision for it now. ``shed_waits``: why no shed may be
+    asked now (the group's budget), or None."""
     held = step.level if step is not None else Level.NORMAL
     level = level_of(decision, settings, held, used_near(window, now_s, decision.evidence.used_bytes))
     if not settings.ladder_enabled:
@@ -246,7 +247,7 @@ def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, wi
             # an effective step is asked again (the garbage came back).
             if step.rung is Rung.RECLAIM and level.rank >= Level.HIGH.rank and step.effect is Effect.NO_EFFECT:
                 return _escalate(Rung.SHED, level, decision, window, settings, now_s,
-                                 f"{why}: the reclaim did not move it, shed asked", None, step)
+                                 f"{why}: the reclaim did not move it; shed asked", None, step, shed_waits)
             return _escalate(step.rung, level, decision, window, settings, now_s,
                              f"{why}: {step.rung.value.lower()} asked again", None, step)
         return Move(level, step.rung, step,
@@ -270,7 +271,7 @@ def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, wi
                     f"{why}: {judged.message}; asked again if the level rises", judged=judged)
     if step.rung is Rung.RECLAIM and level.rank >= Level.HIGH.rank:
         return _escalate(Rung.SHED, level, decision, window, settings, now_s,
-                         f"{why}: {judged.message}; shed asked", judged, step)
+                         f"{why}: {judged.message}; shed asked", judged, step, shed_waits)
     if step.rung is Rung.SHED and _still_heading_for_oom(decision, settings, judged):
         replace = Step(Rung.REPLACE, level, now_s, step.used_bytes - judged.freed_bytes,
                        judged.creep_after_bytes_per_h, Effect.NO_EFFECT)
@@ -284,7 +285,11 @@ def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, wi
 
 
 def _escalate(rung: Rung, level: Level, decision: Decision, window: PodWindow, settings: PolicySettings,
-              now_s: float, message: str, judged: Judgement | None, step: Step) -> Move:
+              now_s: float, message: str, judged: Judgement | None, step: Step, waits: str | None = None) -> Move:
+    if waits is not None and rung is Rung.SHED:  # the step in effect stays; the shed is asked once it may be
+        # Its level stays the one it was asked at: the rise is seen again, and the shed asked, once it may be.
+        kept = dataclasses.replace(step, effect=judged.effect if judged else step.effect)
+        return Move(level, step.rung, kept, f"{message.rsplit(';', 1)[0]}; shed waits: {waits}", judged=judged)
     asked = _ask(rung, level, decision, window, settings, now_s)
     if asked is None:  # memory in use unknown now: the step in effect stays
         return Move(level, step.rung, dataclasses.replace(step, level=level), message, judged=judged)

@@ -15,6 +15,7 @@ from memoryguard_kuberay.core.constants import (
     ANN_DRAIN,
     ANN_GUARD,
     ANN_PHASE,
+    ANN_PRESSURE,
     ANN_REASON,
     ANN_REQUESTED_AT,
     ANN_ROTATE,
@@ -30,7 +31,7 @@ ROTATE_VALUES = ("now", "true")  # what the operator takes as a user's ask
 # What a rotation writes on a pod, and takes back when it ends without the
 # pod going (or when its guard is deleted).
 ROTATION_ANNOTATIONS = (ANN_REQUESTED_AT, ANN_REASON, ANN_PHASE, ANN_GUARD, ANN_DRAIN)
-READ_ANNOTATIONS = (*ROTATION_ANNOTATIONS, ANN_ROTATE)  # all the pod cache keeps of a pod's annotations
+READ_ANNOTATIONS = (*ROTATION_ANNOTATIONS, ANN_ROTATE, ANN_PRESSURE)  # all the pod cache keeps of a pod's annotations
 
 MAX_LABEL = 63  # a label value's longest valid length
 # The env a remediation sets, read off a pod's Ray container: which pods run

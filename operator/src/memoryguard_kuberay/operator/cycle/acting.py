@@ -103,10 +103,10 @@ async def remediate(g: Guard, found: Cycle, p: pi.PodInfo, d: Decision, kind: st
 
 
 def history_for(g: Guard, p: pi.PodInfo, now: float, groups: Groups,
-                rc: Mapping[str, Any] | None = None) -> RotationHistory:
+                rc: Mapping[str, Any] | None = None, *, ladder_replace: bool = False) -> RotationHistory:
     """What the policy weighs a rotation of ``p`` against (its group's and
     the guard's rotations); ``rc``: the pod's RayCluster (its numOfHosts),
-    where the caller has it."""
+    where the caller has it; ``ladder_replace``: the ladder asks for it."""
     ledger = g.mem.ledger
     in_group = ledger.rotating_in(p.cluster, p.group)
     group_starts = ledger.starts(group=(p.cluster, p.group))
@@ -118,4 +118,5 @@ def history_for(g: Guard, p: pi.PodInfo, now: float, groups: Groups,
         group_last_rotation_s=max(group_starts) if group_starts else None,
         guard_rotations_last_hour=ledger.rotations_last_hour(now),
         remediation_advised=(p.cluster, p.group) in g.mem.remembered.advised, user_requested=p.user_requested,
-        hosts_per_replica=kuberayrules.hosts_per_replica(rc, p.group) if p.replica else 1)
+        hosts_per_replica=kuberayrules.hosts_per_replica(rc, p.group) if p.replica else 1,
+        ladder_replace=ladder_replace)

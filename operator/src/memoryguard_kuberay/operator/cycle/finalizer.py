@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memoryguard_kuberay.core import constants as C
+from memoryguard_kuberay.core import pressure
 from memoryguard_kuberay.operator.api import podinfo as pi
 from memoryguard_kuberay.operator.api.errors import ApiError
 from memoryguard_kuberay.operator.cycle.guardstate import OperatorContext
@@ -31,11 +32,20 @@ class NotYet(RuntimeError):
 
 async def unmark_pods(ctx: OperatorContext, namespace: str, guard: str) -> None:
     """This guard's rotation marks off every pod that has them: nothing may
-    be left half-rotated by a guard that is gone."""
+    be left half-rotated by a guard that is gone; and the ladder's step it
+    asked (a pod told to shed by a guard that is gone would shed for ever)."""
     for p in await ctx.kube.list_pods(namespace, f"{C.LABEL_IS_RAY_NODE}=yes"):
         info = pi.pod_info(p)
-        if info.annotations.get(C.ANN_GUARD) == guard and not info.terminating:
-            await ctx.kube.patch_pod_annotations(namespace, info.name, dict.fromkeys(pi.ROTATION_ANNOTATIONS))
+        if info.terminating:
+            continue
+        off: dict[str, str | None] = {}
+        if info.annotations.get(C.ANN_GUARD) == guard:
+            off.update(dict.fromkeys(pi.ROTATION_ANNOTATIONS))
+        asked = pressure.parse(info.annotations.get(C.ANN_PRESSURE))
+        if asked is not None and asked.guard == guard:
+            off[C.ANN_PRESSURE] = None
+        if off:
+            await ctx.kube.patch_pod_annotations(namespace, info.name, off)
 
 
 async def release(ctx: OperatorContext, namespace: str, name: str, body: Mapping[str, Any]) -> None:

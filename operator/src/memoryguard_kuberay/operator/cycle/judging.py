@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from memoryguard_kuberay.core.policy import Decision, PodWindow, RotationHistory, decide
+from memoryguard_kuberay.core.policy.ladder import Step
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.operator.api import podinfo as pi
 from memoryguard_kuberay.operator.clock import Clock
@@ -37,6 +38,11 @@ class PodState:
     failure: sidecar_client.PollFailure | None = None  # why the last poll brought no samples
     blind: bool = False  # the sidecar answers but reads no memory
     fed_at: float | None = None  # operator clock: the last poll that brought samples (sets the next one's budget)
+    # The ladder's step in effect (cycle/laddering.py), as its annotation on
+    # the pod has it: read from there on the first cycle (a restart).
+    ladder: Step | None = None
+    ladder_read: bool = False
+    pressure_said: str | None = None  # the annotation's value last written (a dry run: last said)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,11 +23,12 @@ from typing import Any
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.policy import Action, efficacy, urgency
 from memoryguard_kuberay.core.policy.efficacy import Verdict
+from memoryguard_kuberay.core.policy.ladder import Move, Rung
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.api import podinfo as pi
 from memoryguard_kuberay.operator.api.errors import ApiError
 from memoryguard_kuberay.operator.clock import iso
-from memoryguard_kuberay.operator.cycle import acting, guardroster, judging
+from memoryguard_kuberay.operator.cycle import acting, guardroster, judging, laddering
 from memoryguard_kuberay.operator.cycle.guardstate import Cycle, Guard, Run
 from memoryguard_kuberay.operator.cycle.judging import Judged
 from memoryguard_kuberay.operator.decided import NOTHING, Decided, Say, pod_ref, say
@@ -188,17 +189,22 @@ async def poll_and_decide(g: Guard, found: Cycle) -> tuple[list[st.PodView], Dec
     judged = await judging.poll_and_judge(
         found.guarded, g.mem.tracks, how, settings,
         lambda p: acting.history_for(g, p, clock.now(), found.groups, found.by_name.get(p.cluster)))
-    wanting = [j for j in judged if any(d.action is Action.ROTATE and not d.dry_run for d in j.decisions)]
-    decided = NOTHING
+    # The ladder before a rotation (laddering.py): its steps asked, and the
+    # pods whose reclaim and shed did not move them, for the rotation below.
+    moves, decided = await laddering.climb_pods(g, found, judged)
+    replace = {uid for uid, m in moves.items() if _ladder_replaces(m)}
+    wanting = [j for j in judged if any(d.action is Action.ROTATE and not d.dry_run for d in j.decisions)
+               or j.pod.uid in replace]
     views: dict[str, st.PodView] = {}
     for j in [j for j in judged if j not in wanting]:
         decided += await acting.act(g, found, j.pod, j.track, j.decisions)
-        views[j.pod.name] = _view(j)
+        views[j.pod.name] = _view(j, moves.get(j.pod.uid))
     for j in sorted(wanting, key=lambda w: urgency(w.decisions[0])):
         decisions = judging.judge(settings, j.track, acting.history_for(
-            g, j.pod, clock.now(), found.groups, found.by_name.get(j.pod.cluster)), clock.now())
+            g, j.pod, clock.now(), found.groups, found.by_name.get(j.pod.cluster),
+            ladder_replace=j.pod.uid in replace), clock.now())
         decided += await acting.act(g, found, j.pod, j.track, decisions)
-        views[j.pod.name] = _view(Judged(j.pod, j.track, decisions))
+        views[j.pod.name] = _view(Judged(j.pod, j.track, decisions), moves.get(j.pod.uid))
     for p in found.guarded:  # a user's ask the operator does not take: said once a pod
         if (value := p.ask_ignored) is not None and p.uid not in g.mem.remembered.ignored:
             g.mem.remembered.ignored.add(p.uid)
@@ -273,7 +279,12 @@ def status_without_pods(g: Guard, run: Run, *, spec_error: str | None = None,
                     now_iso=iso(run.now), previous=g.mem.status)
 
 
-def _view(j: Judged) -> st.PodView:
+def _ladder_replaces(m: Move) -> bool:
+    """The ladder's own last rung (the policy's rotations need no asking)."""
+    return m.step is not None and m.step.rung is Rung.REPLACE
+
+
+def _view(j: Judged, move: Move | None = None) -> st.PodView:
     t = j.track
     return st.PodView(j.pod.name, j.pod.group, j.decisions[0], t.error, t.blind, t.failure, j.pod.template,
-                      efficacy.creep_bytes_per_h(t.window))
+                      efficacy.creep_bytes_per_h(t.window), laddering.status_of(t, move))

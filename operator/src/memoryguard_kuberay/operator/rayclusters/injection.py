@@ -14,6 +14,9 @@ from memoryguard_kuberay.operator.rayclusters.patches import RAY_CONTAINER, Op, 
 
 SIDECAR_NAME = C.SIDECAR_NAME
 SHM_VOLUME = "memoryguard-shm"
+# The ladder's step asked of the pod (its memoryguard.io/pressure annotation),
+# a file in the Ray container that the kubelet keeps up to date (core/pressure.py).
+PRESSURE_VOLUME = C.PRESSURE_VOLUME
 NO_TOKEN_VOLUME = "memoryguard-no-token"
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 INJECTED_ANNOTATION = C.ANN_INJECTED
@@ -141,16 +144,20 @@ def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence
         ray = containers[RAY_CONTAINER]
         shm = next((m["name"] for m in ray.get("volumeMounts") or [] if m.get("mountPath") == "/dev/shm"), None)
         volumes: list[dict[str, Any]] = [{"name": NO_TOKEN_VOLUME, "emptyDir": {"medium": "Memory",
-                                                                                  "sizeLimit": "1Mi"}}]
+                                                                                  "sizeLimit": "1Mi"}},
+                                         _pressure_volume()]
+        mounts: list[dict[str, Any]] = [{"name": PRESSURE_VOLUME, "mountPath": C.PRESSURE_DIR, "readOnly": True}]
         if shm is None:
             # KubeRay adds its own /dev/shm volume only when the Ray container has
             # none, so mounting ours there gives both containers the same one.
             shm = SHM_VOLUME
             volumes.append(_shm_volume(ray))
-            mount = {"name": SHM_VOLUME, "mountPath": "/dev/shm"}
-            rpath = f"{tpath}/spec/containers/{RAY_CONTAINER}/volumeMounts"
-            ops.append({"op": "add", "path": rpath + ("/-" if ray.get("volumeMounts") else ""),
-                        "value": mount if ray.get("volumeMounts") else [mount]})
+            mounts.insert(0, {"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+        rpath = f"{tpath}/spec/containers/{RAY_CONTAINER}/volumeMounts"
+        if ray.get("volumeMounts"):
+            ops.extend({"op": "add", "path": rpath + "/-", "value": m} for m in mounts)
+        else:
+            ops.append({"op": "add", "path": rpath, "value": mounts})
         ops.append({"op": "test", "path": f"{tpath}/spec/containers/{RAY_CONTAINER}/name", "value": ray.get("name")})
         sidecar = sidecar_container(s, str(ray.get("name", "ray")), shm, ray_identity(spec, ray),
                                     metrics_port(group_spec))
@@ -170,6 +177,15 @@ def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence
             ops.append({"op": "add", "path": f"{tpath}/spec/shareProcessNamespace", "value": True})
             ops.append(_annotation_op(tpath, tpl, INJECTED_ANNOTATION, "shareProcessNamespace"))
     return ops
+
+
+def _pressure_volume() -> dict[str, Any]:
+    """The pod's ``memoryguard.io/pressure`` annotation as a file (empty
+    while the annotation is not set): the downward API, which the kubelet
+    refreshes, needs no network and no credentials in the Ray container."""
+    field = f"metadata.annotations['{C.ANN_PRESSURE}']"
+    return {"name": PRESSURE_VOLUME, "downwardAPI": {"items": [{"path": C.PRESSURE_FILE,
+                                                                "fieldRef": {"fieldPath": field}}]}}
 
 
 def _group_spec(rc: Mapping[str, Any], tpath: str) -> Mapping[str, Any]:
@@ -209,8 +225,9 @@ def uninject_patch(rc: Mapping[str, Any]) -> list[Op]:
             ops += _remove_items(f"{tpath}/spec/initContainers", inits, {SIDECAR_NAME})
         if containers:
             ops += _remove_items(f"{tpath}/spec/containers/{RAY_CONTAINER}/volumeMounts",
-                                 containers[RAY_CONTAINER].get("volumeMounts") or [], {SHM_VOLUME})
-        ops += _remove_items(f"{tpath}/spec/volumes", spec.get("volumes") or [], {SHM_VOLUME, NO_TOKEN_VOLUME})
+                                 containers[RAY_CONTAINER].get("volumeMounts") or [], {SHM_VOLUME, PRESSURE_VOLUME})
+        ops += _remove_items(f"{tpath}/spec/volumes", spec.get("volumes") or [],
+                             {SHM_VOLUME, NO_TOKEN_VOLUME, PRESSURE_VOLUME})
         meta = tpl.get("metadata") or {}
         ann = meta.get("annotations") or {}
         if ann.get(INJECTED_ANNOTATION) == "shareProcessNamespace":

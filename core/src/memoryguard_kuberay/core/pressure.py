@@ -1,0 +1,155 @@
+"""What a pod is asked by the ladder (policy/ladder.py), as the operator
+writes it on the pod (the ``memoryguard.io/pressure`` annotation) and as
+the pod's containers read it (a downward API volume shows the annotation as
+the file ``/etc/memoryguard/pressure``; the kubelet refreshes it, within
+about a minute, its sync period and cache's).
+
+One JSON object, at most a few hundred bytes:
+
+    {"guard": "my-guard", "level": "High", "step": "Shed", "since": "2026-12-05T10:00:00.000000Z",
+     "projectedOOMSeconds": 5400, "usedBytes": 30064771072,
+     "creepBytesPerHour": 1073741824, "effect": null}
+
+``level``: Normal, Elevated, High, Critical; ``step``: None, Reclaim, Shed,
+Replace (what the workload is asked to do); ``since``: when the step was
+asked; ``projectedOOMSeconds``: the policy's projection when the level or
+the step last changed (null: no projection); ``effect``: the step's
+measured effect once judged (Effective, NoEffect).
+
+For Ray code: ``on_pressure(callback)`` calls ``callback(Pressure)`` from a
+thread of its own each time the file changes (a serving replica refusing
+best-effort requests while ``step`` is Shed, a trainer lowering its batch, an
+actor dropping its cache on Reclaim). This module needs only the standard
+library: a Ray image can take this one file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+LEVELS = ("Normal", "Elevated", "High", "Critical")
+STEPS = ("None", "Reclaim", "Shed", "Replace")
+EFFECTS = ("Effective", "NoEffect")
+MAX_BYTES = 512  # the operator writes about 250; more is not its writing
+DEFAULT_PATH = "/etc/memoryguard/pressure"  # constants.PRESSURE_DIR / PRESSURE_FILE
+
+
+@dataclasses.dataclass(frozen=True)
+class Pressure:
+    level: str = "Normal"
+    step: str = "None"
+    since: str | None = None
+    projected_oom_s: float | None = None
+    used_bytes: int | None = None
+    creep_bytes_per_h: float | None = None
+    effect: str | None = None
+    guard: str | None = None  # the MemoryGuard that asked (its finalizer takes the annotation back)
+
+    def to_json(self) -> str:
+        return json.dumps({"guard": self.guard, "level": self.level, "step": self.step, "since": self.since,
+                           "projectedOOMSeconds": _num(self.projected_oom_s), "usedBytes": self.used_bytes,
+                           "creepBytesPerHour": _num(self.creep_bytes_per_h), "effect": self.effect},
+                          separators=(",", ":"))
+
+
+NORMAL = Pressure()
+
+
+def _num(x: float | None) -> int | None:
+    return None if x is None or not math.isfinite(x) else round(x)
+
+
+def _finite(x: Any, lo: float, hi: float) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or not lo <= x <= hi:
+        return None
+    return float(x)
+
+
+def parse(text: str | None) -> Pressure | None:
+    """The annotation's (or the file's) JSON; None when it is not one this
+    module could have written (too long, not JSON, a level or step it does
+    not know). An empty file is Normal: the annotation is not set."""
+    if text is None:
+        return None
+    if not text.strip():
+        return NORMAL
+    if len(text) > MAX_BYTES:
+        return None
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("level") not in LEVELS or doc.get("step") not in STEPS:
+        return None
+    since = doc.get("since")
+    effect = doc.get("effect")
+    guard = doc.get("guard")
+    used = _finite(doc.get("usedBytes"), 0, 2.0**62)
+    return Pressure(level=doc["level"], step=doc["step"],
+                    since=since if isinstance(since, str) and len(since) <= 40 else None,
+                    projected_oom_s=_finite(doc.get("projectedOOMSeconds"), 0, 1e9),
+                    used_bytes=None if used is None else int(used),
+                    creep_bytes_per_h=_finite(doc.get("creepBytesPerHour"), -2.0**62, 2.0**62),
+                    effect=effect if effect in EFFECTS else None,
+                    guard=guard if isinstance(guard, str) and len(guard) <= 253 else None)
+
+
+def read(path: str = DEFAULT_PATH) -> Pressure | None:
+    """The file now: None where there is none (no sidecar injected, or an
+    operator older than the ladder) or it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse(f.read(MAX_BYTES + 1))
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def on_pressure(callback: Callable[[Pressure], None], *, path: str = DEFAULT_PATH, interval_s: float = 5.0,
+                stop: threading.Event | None = None) -> threading.Thread:
+    """Call ``callback(pressure)`` on a daemon thread each time the pod's
+    pressure file says something new (the first reading included). Returns
+    the thread; set ``stop`` to end it. A callback that raises is not
+    retried for that reading; the next change calls it again."""
+    stop = stop or threading.Event()
+
+    def watch() -> None:
+        last: Pressure | None = None
+        while not stop.is_set():
+            now = read(path)
+            if now is not None and now != last:
+                last = now
+                try:
+                    callback(now)
+                except Exception:  # the workload's code: never the watcher's end
+                    pass
+            stop.wait(interval_s)
+
+    t = threading.Thread(target=watch, name="memoryguard-pressure", daemon=True)
+    t.start()
+    return t
+
+
+def reclaim_ray() -> None:
+    """What Reclaim asks of a Ray process, short of the workload's own
+    caches: Python's garbage collection here and, when this process is
+    connected to Ray, Ray's global GC in every worker of the cluster (the
+    reference cycles that hold ObjectRefs are freed by it and by nothing
+    else short of a restart)."""
+    import gc
+
+    gc.collect()
+    try:
+        import ray
+        from ray._private.internal_api import global_gc
+    except ImportError:
+        return
+    if ray.is_initialized():
+        global_gc()  # type: ignore[no-untyped-call]
+
+
+__all__ = ["NORMAL", "Pressure", "on_pressure", "parse", "read", "reclaim_ray"]
