@@ -52,6 +52,10 @@ class CachingModel:
         with self.lock:
             return sum(len(v) for v in self.cache.values()) >> 20
 
+    def rss_mib(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+
     def what_it_did(self) -> list[str]:
         with self.lock:
             return list(self.answers)

@@ -159,3 +159,19 @@ def test_the_finalizer_takes_back_only_its_own_guards_pressure() -> None:
     ctx = _context(kube, FakePods([]), FixedClock())
     asyncio.run(finalizer.unmark_pods(ctx, NS, GUARD))
     assert kube.annotated == [("w-1", {C.ANN_PRESSURE: None})]
+
+
+def test_a_rotations_evidence_keeps_the_ladders_steps() -> None:
+    from memoryguard_kuberay.core.policy import PodWindow
+    from memoryguard_kuberay.core.policy.ladder import Effect, Level, Rung, Step
+    from memoryguard_kuberay.core.settings import PolicySettings
+    from memoryguard_kuberay.operator.cycle.acting import ladder_record
+    from memoryguard_kuberay.operator.cycle.judging import PodState
+
+    track = PodState(PodWindow(PolicySettings()), "workers")
+    assert ladder_record(track) is None
+    track.ladder = Step(Rung.SHED, Level.HIGH, 1_000_000.0, 3 * GIB, None, Effect.NO_EFFECT)
+    track.ladder_judged = "shed 10 m ago: grew 300 MiB, creep +1.4 GiB/h -> +1.4 GiB/h: no effect"
+    assert ladder_record(track) == {"lastJudged": track.ladder_judged, "step": "Shed", "level": "High",
+                                    "since": "1970-01-12T13:46:40.000000Z", "usedBytesAtStep": 3 * GIB,
+                                    "effect": "NoEffect"}

@@ -18,6 +18,7 @@ from typing import Any
 from memoryguard_kuberay.core.policy import Action, Decision, Reason, RotationHistory, efficacy
 from memoryguard_kuberay.operator.api import podinfo as pi
 from memoryguard_kuberay.operator.api.errors import ApiError
+from memoryguard_kuberay.operator.clock import micro_time
 from memoryguard_kuberay.operator.cycle.guardstate import Cycle, Guard
 from memoryguard_kuberay.operator.cycle.judging import PodState
 from memoryguard_kuberay.operator.decided import NOTHING, Decided, pod_ref, say
@@ -67,13 +68,26 @@ async def rotate(g: Guard, found: Cycle, p: pi.PodInfo, d: Decision, track: PodS
                    {"rotations": g.mem.ledger.to_status()})
 
 
+def ladder_record(track: PodState) -> dict[str, Any] | None:
+    """The ladder's steps before a rotation, for its evidence: the step in
+    effect (or the last asked) and the last step's measured effect."""
+    step = track.ladder
+    if step is None and track.ladder_judged is None:
+        return None
+    out: dict[str, Any] = {"lastJudged": track.ladder_judged}
+    if step is not None:
+        out.update(step=step.rung.value, level=step.level.value, since=micro_time(step.since_s),
+                   usedBytesAtStep=step.used_bytes, effect=step.effect.value if step.effect else None)
+    return out
+
+
 def start_evidence(g: Guard, found: Cycle, p: pi.PodInfo, d: Decision, track: PodState) -> None:
     spec = found.spec
     subject = forensics.Subject(
         namespace=g.namespace, guard=g.name, guard_uid=found.guard_uid,
         pod=p.name, pod_uid=p.uid, cluster=p.cluster, group=p.group, ip=p.ip,
         sidecar_port=spec.sampling.sidecar_port, gcs_address=found.gcs_address(p.cluster), decision=d,
-        last_sample=track.window.last)
+        last_sample=track.window.last, ladder=ladder_record(track))
     g.evidence.start(subject, kube=g.ctx.kube, budget_s=spec.forensics.timeout_s, keep_n=spec.forensics.keep,
                      with_ray=g.ctx.ray_forensics, probe_slots=g.ctx.probe_slots, now=g.ctx.clock.now())
 

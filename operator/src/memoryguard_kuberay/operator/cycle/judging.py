@@ -43,6 +43,7 @@ class PodState:
     ladder: Step | None = None
     ladder_read: bool = False
     pressure_said: str | None = None  # the annotation's value last written (a dry run: last said)
+    ladder_judged: str | None = None  # the last step's measured effect, as said (kept with a rotation's evidence)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -92,6 +92,8 @@ async def climb_pods(g: Guard, found: Cycle, judged: Sequence[Judged]) -> tuple[
                      shed_waits=waits)
         moves[p.uid] = move
         track.ladder = move.step
+        if move.judged is not None:
+            track.ladder_judged = move.judged.message
         if (move.step is not None and move.step.rung is Rung.SHED) != (before is not None and before.rung is Rung.SHED):
             shedding[key] += 1 if move.step is not None and move.step.rung is Rung.SHED else -1
         decided += await _apply(g, p, track, move, decision.evidence.projected_oom_s, dry_run)

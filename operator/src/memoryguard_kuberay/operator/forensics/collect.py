@@ -70,6 +70,9 @@ class Subject:
     gcs_address: str | None
     decision: Decision
     last_sample: Sample | None
+    # The ladder's steps before it (cycle/laddering.py): what was asked and
+    # what the last judged step did; None where the ladder asked nothing.
+    ladder: Mapping[str, Any] | None = None
 
 
 def memory_now(s: Sample | None) -> dict[str, Any] | None:
@@ -204,6 +207,7 @@ async def collect(subject: Subject, *, budget_s: float,
         "collectedAt": iso(time.time()), "tookSeconds": round(time.monotonic() - t0, 3),
         "decision": {"reason": d.reason.value, "message": d.message[:1000], "evidence": d.evidence.to_dict()},
         "memory": memory_now(subject.last_sample),
+        "ladder": dict(subject.ladder) if subject.ladder else None,
         "processes": procs or None,
         "rayObjects": objects or None,
         "skipped": skipped,
