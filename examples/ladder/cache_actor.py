@@ -4,9 +4,8 @@ best-effort requests while its pod is asked to shed.
 
 It reads the pod's pressure file (``/etc/memoryguard/pressure``, a downward
 API volume MemoryGuard adds where it injects its sidecar) with
-``memoryguard_kuberay.core.pressure.on_pressure``, which needs only Python's
-standard library: copy core/pressure.py into the image if the package is not
-there. Run it anywhere with ``python cache_actor.py`` (a local Ray); point
+``memoryguard_kuberay.pressure.on_pressure`` (the core distribution,
+``memoryguard-kuberay-core``, in the Ray image). Run it anywhere with ``python cache_actor.py`` (a local Ray); point
 ``MEMORYGUARD_PRESSURE_FILE`` at a file of your own to try the answers.
 """
 
@@ -17,7 +16,7 @@ import threading
 
 import ray
 
-from memoryguard_kuberay.core.pressure import DEFAULT_PATH, Pressure, on_pressure, reclaim_ray
+from memoryguard_kuberay.pressure import DEFAULT_PATH, Pressure, on_pressure, reclaim_ray
 
 
 @ray.remote

@@ -166,7 +166,7 @@ def test_the_pressure_file_reads_back_and_on_pressure_calls_on_each_change(tmp_p
     import threading
     import time
 
-    from memoryguard_kuberay.core import pressure
+    from memoryguard_kuberay import pressure
 
     p = pressure.Pressure("High", "Shed", "2026-12-05T10:00:00.000000Z", 5400.0, 3 * 1024**3, 1e9, None, "g")
     assert pressure.parse(p.to_json()) == pressure.Pressure("High", "Shed", "2026-12-05T10:00:00.000000Z", 5400.0,

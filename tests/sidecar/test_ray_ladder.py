@@ -30,7 +30,7 @@ EXAMPLE = ROOT / "examples" / "ladder"
 DRIVER = textwrap.dedent("""
     import gc, json, sys, time
     import numpy as np, ray
-    from memoryguard_kuberay.core.pressure import Pressure, reclaim_ray
+    from memoryguard_kuberay.pressure import Pressure, reclaim_ray
     address, pressure_file, example = sys.argv[1:4]
     ray.init(address=address, logging_level="ERROR", runtime_env={"env_vars": {"PYTHONPATH": example}})
     sys.path.insert(0, example)
