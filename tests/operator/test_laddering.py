@@ -123,6 +123,14 @@ def test_a_dry_run_writes_nothing_and_says_what_it_would_ask(monkeypatch: pytest
     assert kube.annotated == []
     assert ("event", "PressureStepAsked") in kube.log
     assert pods_listed(loop.mem.status)["w-1"]["pressure"]["step"] == "Reclaim"
+    # Said once; the dry run ended, the step in effect is written (and not said again).
+    kube.log.clear()
+    _run(kube, [_pod("w-1", "127.0.0.11")], monkeypatch, loop)
+    assert kube.annotated == [] and ("event", "PressureStepAsked") not in kube.log
+    kube.guard = _guard(SPEC, generation=2)
+    _run(kube, [_pod("w-1", "127.0.0.11")], monkeypatch, loop)
+    [(_, ann)] = kube.annotated
+    assert pressure.parse(ann[C.ANN_PRESSURE]).step == "Reclaim"  # type: ignore[union-attr]
 
 
 def test_the_ladder_off_asks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -59,10 +59,15 @@ def annotation(guard: str, move: Move, projected_oom_s: float | None) -> str:
         effect=step.effect.value if step and step.effect else None, guard=guard).to_json()
 
 
-def _said_key(value: str) -> tuple[str | None, ...]:
-    """What decides a new write: the level, the step, when it was asked and its verdict."""
-    p = pressure.parse(value)
-    return () if p is None else (p.level, p.step, p.since, p.effect)
+DRY = "dry-run:"  # a value only said (a dry run), never written: written once the dry run ends
+
+
+def _said_key(value: str) -> tuple[object, ...]:
+    """What decides a new write: the level, the step, when it was asked, its
+    verdict, and whether it was only said."""
+    dry = value.startswith(DRY)
+    p = pressure.parse(value[len(DRY):] if dry else value)
+    return () if p is None else (dry, p.level, p.step, p.since, p.effect)
 
 
 async def climb_pods(g: Guard, found: Cycle, judged: Sequence[Judged]) -> tuple[dict[str, Move], Decided]:
@@ -112,7 +117,8 @@ def _current(p: pi.PodInfo, track: PodState) -> Step | None:
 async def _apply(g: Guard, p: pi.PodInfo, track: PodState, move: Move, projected_oom_s: float | None,
                  dry_run: bool) -> Decided:
     value = annotation(g.name, move, projected_oom_s)
-    if track.pressure_said is not None and _said_key(track.pressure_said) == _said_key(value):
+    said = DRY + value if dry_run else value
+    if track.pressure_said is not None and _said_key(track.pressure_said) == _said_key(said):
         return NOTHING
     if track.pressure_said is None and move.step is None:
         return NOTHING  # nothing was asked and nothing is (the ladder off, or the policy's own rotation)
@@ -122,7 +128,7 @@ async def _apply(g: Guard, p: pi.PodInfo, track: PodState, move: Move, projected
         except ApiError as e:  # written next cycle: the track keeps the step, the annotation its last value
             log.warning("%s/%s: could not write %s's pressure: %s", g.namespace, g.name, p.name, e)
             return NOTHING
-    track.pressure_said = value
+    track.pressure_said = said
     return _told(g, p, move, dry_run)
 
 
