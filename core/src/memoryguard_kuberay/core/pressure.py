@@ -28,11 +28,15 @@ import json
 import math
 from typing import Any
 
-LEVELS = ("Normal", "Elevated", "High", "Critical")
-STEPS = ("None", "Reclaim", "Shed", "Replace")
-EFFECTS = ("Effective", "NoEffect")
+from memoryguard_kuberay.core import constants as C
+from memoryguard_kuberay.core.policy.ladder import Effect, Level, Rung
+
+# The words the ladder decides in, as it spells them.
+LEVELS = tuple(v.value for v in Level)
+STEPS = tuple(v.value for v in Rung)
+EFFECTS = tuple(v.value for v in Effect)
 MAX_BYTES = 512  # the operator writes about 250; more is not its writing
-DEFAULT_PATH = "/etc/memoryguard/pressure"  # constants.PRESSURE_DIR / PRESSURE_FILE
+DEFAULT_PATH = f"{C.PRESSURE_DIR}/{C.PRESSURE_FILE}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,7 +42,10 @@ class PodState:
     # the pod has it: read from there on the first cycle (a restart).
     ladder: Step | None = None
     ladder_read: bool = False
-    pressure_said: str | None = None  # the annotation's value last written (a dry run: last said)
+    # What the annotation last said (laddering._said_key: level, step, since,
+    # verdict, only said in a dry run), None while the pod has none: the
+    # JSON is made only to be written, never parsed again each cycle.
+    pressure_said: tuple[object, ...] | None = None
     ladder_judged: str | None = None  # the last step's measured effect, as said (kept with a rotation's evidence)
 
 

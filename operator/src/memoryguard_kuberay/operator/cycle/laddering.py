@@ -50,24 +50,21 @@ def step_from(asked: pressure.Pressure | None) -> Step | None:
                 Effect(asked.effect) if asked.effect else None)
 
 
-def annotation(guard: str, move: Move, projected_oom_s: float | None) -> str:
+def asked_of(guard: str, move: Move, projected_oom_s: float | None) -> pressure.Pressure:
+    """What the pod's annotation says after ``move``."""
     step = move.step
     return pressure.Pressure(
         level=move.level.value, step=step.rung.value if step else Rung.NONE.value,
         since=micro_time(step.since_s) if step else None, projected_oom_s=projected_oom_s,
         used_bytes=step.used_bytes if step else None, creep_bytes_per_h=step.creep_bytes_per_h if step else None,
-        effect=step.effect.value if step and step.effect else None, guard=guard).to_json()
+        effect=step.effect.value if step and step.effect else None, guard=guard)
 
 
-DRY = "dry-run:"  # a value only said (a dry run), never written: written once the dry run ends
-
-
-def _said_key(value: str) -> tuple[object, ...]:
+def _said_key(asked: pressure.Pressure | None, dry_run: bool) -> tuple[object, ...]:
     """What decides a new write: the level, the step, when it was asked, its
-    verdict, and whether it was only said."""
-    dry = value.startswith(DRY)
-    p = pressure.parse(value[len(DRY):] if dry else value)
-    return () if p is None else (dry, p.level, p.step, p.since, p.effect)
+    verdict, and whether it was only said (a dry run: written once the dry
+    run ends). An annotation the operator could not have written: ()."""
+    return () if asked is None else (dry_run, asked.level, asked.step, asked.since, asked.effect)
 
 
 async def climb_pods(g: Guard, found: Cycle, judged: Sequence[Judged]) -> tuple[dict[str, Move], Decided]:
@@ -109,22 +106,23 @@ def _current(p: pi.PodInfo, track: PodState) -> Step | None:
     if not track.ladder_read:  # the first cycle of this pod here: its annotation says what was asked
         track.ladder_read = True
         value = p.annotations.get(C.ANN_PRESSURE)
-        track.ladder = step_from(pressure.parse(value))
-        track.pressure_said = value
+        asked = pressure.parse(value)
+        track.ladder = step_from(asked)
+        track.pressure_said = None if value is None else _said_key(asked, False)
     return track.ladder
 
 
 async def _apply(g: Guard, p: pi.PodInfo, track: PodState, move: Move, projected_oom_s: float | None,
                  dry_run: bool) -> Decided:
-    value = annotation(g.name, move, projected_oom_s)
-    said = DRY + value if dry_run else value
-    if track.pressure_said is not None and _said_key(track.pressure_said) == _said_key(said):
+    asked = asked_of(g.name, move, projected_oom_s)
+    said = _said_key(asked, dry_run)
+    if track.pressure_said == said:
         return NOTHING
     if track.pressure_said is None and move.step is None:
         return NOTHING  # nothing was asked and nothing is (the ladder off, or the policy's own rotation)
     if not dry_run:
         try:
-            await g.ctx.kube.patch_pod_annotations(p.namespace, p.name, {C.ANN_PRESSURE: value})
+            await g.ctx.kube.patch_pod_annotations(p.namespace, p.name, {C.ANN_PRESSURE: asked.to_json()})
         except ApiError as e:  # written next cycle: the track keeps the step, the annotation its last value
             log.warning("%s/%s: could not write %s's pressure: %s", g.namespace, g.name, p.name, e)
             return NOTHING
