@@ -128,10 +128,11 @@ soak: $(STAMP)
 # As root, at most 15 minutes, not in CI: a real Ray in a memory cgroup with a
 # real limit leaks until the kernel OOM-kills it; the policy (test profile,
 # examples/guards/test-profile.yaml) runs on the real sidecar's samples as
-# they arrive. Prints the lead; exits 1 if the kernel came first. The trace
-# is kept in examples/recorded.
+# they arrive, and the ladder beside it. Prints the lead; exits 1 if the
+# kernel came first. The trace is kept in examples/recorded. The ladder's
+# other cases: `make real-leak ARGS="--workload cyclic"` (or cache).
 real-leak: $(STAMP)
-	$(BIN)/python benchmarks/real_leak.py
+	$(BIN)/python benchmarks/real_leak.py $(ARGS)
 
 # The embedded demo: the real operator and sidecars on an emulated cluster.
 demo: $(STAMP)

@@ -52,10 +52,14 @@ from pathlib import Path
 
 from memoryguard_kuberay.core import commands
 from memoryguard_kuberay.core.policy import Action, Decision, PodWindow, Reason, RotationHistory, decide
+from memoryguard_kuberay.core.policy.ladder import Judgement, Level, Move, Step, climb
+from memoryguard_kuberay.core.policy.trend import theil_sen
 from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.traces import write_trace
 from memoryguard_kuberay.devkit import processes
 from memoryguard_kuberay.devkit.emulator.world import free_port
+from memoryguard_kuberay.operator.cycle.laddering import asked_of
 from memoryguard_kuberay.operator.forensics import cli as forensics_cli
 from memoryguard_kuberay.operator.forensics import collect as forensics
 
@@ -69,37 +73,77 @@ STORE_REASONS = frozenset({Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0",
            "RAY_record_ref_creation_sites": "1"}
 TEST_PROFILE = ROOT / "examples" / "guards" / "test-profile.yaml"
+EXAMPLE = ROOT / "examples" / "ladder"  # cache_actor.py, the cache workload
+CLIMB_EVERY_S = 5.0  # the operator's cycle: a guard's sampling.intervalSeconds in the real-pod tier
 
 LEAKER = textwrap.dedent("""
-    import os, sys, time, ray, numpy as np
-    ray.init(address=sys.argv[1], logging_level="ERROR")
-    heap_mib, store_mib = float(sys.argv[2]), float(sys.argv[3])
+    import gc, json, os, sys, time, ray, numpy as np
+    from memoryguard_kuberay.pressure import on_pressure, reclaim_ray
+    address, heap_mib, store_mib, workload, pressure_file, answers_file, example = sys.argv[1:8]
+    heap_mib, store_mib = float(heap_mib), float(store_mib)
+    ray.init(address=address, logging_level="ERROR", runtime_env={"env_vars": {"PYTHONPATH": example}})
+    sys.path.insert(0, example)  # cache_actor.py here too, not only in Ray's workers
+
+    def answered(step, what, t0):
+        with open(answers_file, "a") as f:
+            f.write(json.dumps({"t": time.time(), "step": step, "did": what, "took_s": round(time.time() - t0, 3)})
+                    + "\\n")
 
     @ray.remote
     class Session:
-        '''A long-lived actor that serves requests and forgets to let go.'''
-        def __init__(self):
+        '''A long-lived actor that serves requests. ``leak``: it forgets to let
+        go (closures that hold ObjectRefs after the client left, a structure
+        that only grows); ``cyclic``: what it drops is held in reference
+        cycles, which only a garbage collection frees (the collector off
+        between runs, as on a busy worker). Both answer the pod's pressure
+        file as the ladder asks: reclaim_ray() on Reclaim or Shed.'''
+        def __init__(self, kind):
+            self.kind = kind
             self.on_disconnect = []  # closures that hold ObjectRefs after the client left
             self.history = []  # a structure that only grows
+            if kind == "cyclic":
+                gc.disable()
+            on_pressure(self._pressure, path=pressure_file, interval_s=1.0)
+        def _pressure(self, p):
+            if p.step in ("Reclaim", "Shed"):
+                t0 = time.time()
+                reclaim_ray()
+                answered(p.step, "reclaim_ray", t0)
         def pid(self):
             return os.getpid()
         def handle(self, i):
             ref = ray.put(np.full(int(store_mib * 1024 * 1024), i % 251, dtype=np.uint8))
+            heap = np.full(int(heap_mib * 1024 * 1024), i % 251, dtype=np.uint8)
+            if self.kind == "cyclic":
+                d = {"ref": ref, "heap": heap}
+                d["self"] = d  # dropped here: freed only by a collection
+                return i
             self.on_disconnect.append(lambda r=ref: r)
-            self.history.append(np.full(int(heap_mib * 1024 * 1024), i % 251, dtype=np.uint8))
+            self.history.append(heap)
             return len(self.history)
 
-    s = Session.remote()
-    print("ACTOR", ray.get(s.pid.remote()), flush=True)
+    if workload == "cache":
+        # examples/ladder/cache_actor.py as it is: a new 4 MiB key a request
+        # (a second apart: the leak's rate), the cache dropped on Reclaim,
+        # best-effort work refused on Shed.
+        from cache_actor import CachingModel
+        s = CachingModel.remote(path=pressure_file)
+        ray.get(s.cached_mib.remote())
+        call, pause = (lambda i: s.predict.remote(f"k{i}")), 1.0
+    else:
+        s = Session.remote(workload)
+        ray.get(s.pid.remote())
+        call, pause = (lambda i: s.handle.remote(i)), 0.5
+    print("ACTOR", workload, flush=True)
     i = 0
     while True:
         i += 1
         try:
-            ray.get(s.handle.remote(i))
+            ray.get(call(i))
         except Exception as e:  # the actor was OOM-killed
             print("ACTOR-DIED", type(e).__name__, flush=True)
             break
-        time.sleep(0.5)
+        time.sleep(pause)
 """)
 
 
@@ -159,6 +203,15 @@ def main() -> int:
     ap.add_argument("--heap-mib", type=float, default=1.5, help="MiB the actor's structure grows per request")
     ap.add_argument("--leak-store-mib", type=float, default=0.5, help="MiB of Plasma pinned per request")
     ap.add_argument("--max-minutes", type=float, default=15.0)
+    ap.add_argument("--workload", choices=("leak", "cyclic", "cache"), default="leak",
+                    help="leak: references kept (the default); cyclic: garbage in reference cycles that only a "
+                         "collection frees; cache: examples/ladder/cache_actor.py, which drops its cache when told")
+    ap.add_argument("--ladder-settle-s", type=int, default=45,
+                    help="ladder.settleSeconds, scaled to the test profile's windows (production: 600)")
+    ap.add_argument("--ladder-reclaim-horizon-s", type=int, default=600,
+                    help="ladder.reclaimHorizonSeconds, scaled to the test profile (production: 21600)")
+    ap.add_argument("--ladder-shed-horizon-s", type=int, default=300,
+                    help="ladder.shedHorizonSeconds, scaled to the test profile (production: 10800)")
     ap.add_argument("--trace", default=str(ROOT / "examples" / "recorded" / "real_ray_leak.csv"))
     ap.add_argument("--evidence-dir", default=str(ROOT / "build" / "real-leak"),
                     help="where the two kept artifacts are written (default build/real-leak)")
@@ -169,7 +222,10 @@ def main() -> int:
         print("real-leak: needs root to make a memory cgroup", file=sys.stderr)
         return 2
     settings = commands.load_guard_settings(str(TEST_PROFILE))
-    settings = dataclasses.replace(settings, dry_run=False)  # decide as a guard that rotates would
+    # Decide as a guard that rotates would, its ladder's times scaled to the profile's windows.
+    settings = dataclasses.replace(settings, dry_run=False, ladder_enabled=True, ladder_settle_s=args.ladder_settle_s,
+                                   reclaim_horizon_s=args.ladder_reclaim_horizon_s,
+                                   shed_horizon_s=args.ladder_shed_horizon_s)
     limit = int(args.limit_gib * GIB)
     deadline = time.monotonic() + args.max_minutes * 60
     group = MemoryGroup(limit)
@@ -177,16 +233,23 @@ def main() -> int:
     env = {**os.environ, **RAY_ENV}
     tmp = tempfile.mkdtemp(prefix="mg-real-leak-")
     print(f"cgroup {group.path} ({'v1' if group.v1 else 'v2'}), limit {args.limit_gib:g} GiB, object store "
-          f"{args.store_mib} MiB; leak per request: {args.heap_mib:g} MiB heap + {args.leak_store_mib:g} MiB Plasma",
-          flush=True)
+          f"{args.store_mib} MiB; workload {args.workload}"
+          + ("" if args.workload == "cache" else
+             f", per request: {args.heap_mib:g} MiB heap + {args.leak_store_mib:g} MiB Plasma")
+          + f"; ladder: reclaim at {settings.reclaim_fraction:.0%} or the OOM within {settings.reclaim_horizon_s} s, "
+            f"shed at {settings.shed_fraction:.0%} or within {settings.shed_horizon_s} s, each step judged after "
+            f"{settings.ladder_settle_s} s", flush=True)
     samples: list[Sample] = []
     first_rotate: tuple[float, str] | None = None
+    policy_alone: float | None = None  # when the policy's own rules first said rotate
     first_memory: tuple[float, str] | None = None  # the first rotation for memory itself, not the store
     oom_at: float | None = None
     ended = "OOM-killed"  # or: stalled at the limit, never killed
     leak_start: float | None = None
     t0 = time.time()
     kept: Evidence | None = None
+    ladder: Ladder | None = None
+    answers_file = Path(tmp) / "answers.jsonl"
     try:
         ray_cmd = [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={gcs_port}",
                    "--num-cpus=2", f"--object-store-memory={args.store_mib * MIB}", "--include-dashboard=false",
@@ -207,8 +270,10 @@ def main() -> int:
                             break
                     time.sleep(1)
                 print(f"[{time.time() - t0:6.0f} s] Ray up, sidecar reading the cgroup", flush=True)
+                ladder = Ladder(settings, Path(tmp) / "pressure", t0)
                 leaker = group.enter_cmd([sys.executable, "-c", LEAKER, f"127.0.0.1:{gcs_port}", str(args.heap_mib),
-                                          str(args.leak_store_mib)])
+                                          str(args.leak_store_mib), args.workload, str(ladder.path),
+                                          str(answers_file), str(EXAMPLE)])
                 with processes.group(leaker, env=env, stdout=subprocess.PIPE, text=True) as driver:
                     leak_start = time.time()
                     window = PodWindow(settings)
@@ -229,6 +294,15 @@ def main() -> int:
                                 window.add(s)
                                 stall.add(s)
                                 d = decide(settings=settings, window=window, history=RotationHistory(), now_s=s.time_s)
+                                if policy_alone is None and d[0].action is Action.ROTATE:
+                                    policy_alone = s.time_s  # today's rotation: the policy's rules alone
+                                if ladder.due(s.time_s) and first_rotate is None:
+                                    move = ladder.climb(d[0], window, s.time_s)
+                                    if move.wants_replace and d[0].action is not Action.ROTATE:
+                                        # As the operator does: the ladder's last rung asks the
+                                        # policy for the rotation, through its gates.
+                                        d = decide(settings=settings, window=window, now_s=s.time_s,
+                                                   history=RotationHistory(ladder_replace=True))
                                 if d[0].action is not Action.ROTATE:
                                     continue
                                 kept.due(s, d[0])
@@ -247,7 +321,12 @@ def main() -> int:
                             print(f"[{s.time_s - t0:6.0f} s] in use {(s.unreclaimable_bytes or 0) / MIB:6.0f} MiB "
                                   f"of {(s.memory_max_bytes or 0) / MIB:.0f} MiB, Plasma "
                                   f"{(s.plasma_used_bytes or 0) / MIB:.0f} MiB, spilled "
-                                  f"{(s.plasma_spilled_bytes or 0) / MIB:.0f} MiB", flush=True)
+                                  f"{(s.plasma_spilled_bytes or 0) / MIB:.0f} MiB; {ladder.now()}", flush=True)
+                        if driver.poll() is not None and group.oom_kills() == kills0:
+                            out = driver.stdout.read() if driver.stdout else ""
+                            print(f"real-leak: the driver ended before any OOM kill (exit {driver.returncode}):\n"
+                                  f"{out[-3000:]}", flush=True)
+                            return 1
                         if group.oom_kills() > kills0:
                             oom_at = time.time()
                             print(f"[{oom_at - t0:6.0f} s] KERNEL: OOM kill in the cgroup (oom_kill "
@@ -277,6 +356,12 @@ def main() -> int:
                     kept.wait()
     finally:
         group.remove()
+    if ladder is not None:
+        print(f"\nthe ladder: {ladder.summary()}")
+        answers = [json.loads(ln) for ln in answers_file.read_text().splitlines()] if answers_file.exists() else []
+        if answers:  # (the cache actor keeps its own: its what_it_did)
+            print("the workload's answers: " + "; ".join(f"{a['t'] - t0:.0f} s {a['step']}: {a['did']} "
+                                                         f"({a['took_s']} s)" for a in answers))
     kept_paths = kept.paths if kept is not None else []
     if len(kept_paths) == 2:
         print(f"\nwhat grew between the two artifacts (memoryguard-kuberay forensics --diff "
@@ -284,6 +369,15 @@ def main() -> int:
         forensics_cli.main(["--diff", str(kept_paths[0]), str(kept_paths[1])])
     elif kept_paths:
         print(f"one artifact kept ({kept_paths[0]}); the second was not taken before the run ended")
+    if args.workload != "leak":  # what the ladder can answer without a rotation
+        if samples:
+            used = [(s.unreclaimable_bytes or 0) / MIB for s in samples]
+            print(f"in use over the run: peak {max(used):.0f} MiB, last {used[-1]:.0f} MiB of {limit / MIB:.0f} MiB")
+        rotated = "never" if first_rotate is None else f"at {first_rotate[0] - t0:.0f} s ({first_rotate[1][:120]})"
+        killed = "no OOM kill" if oom_at is None else f"{ended} at {oom_at - t0:.0f} s"
+        print(f"RESULT: {args.workload} workload over {(time.time() - t0) / 60:.1f} minutes: rotated {rotated}; "
+              f"{killed}")
+        return 0 if first_rotate is None and oom_at is None else 1
     if oom_at is None:
         print(f"real-leak: no OOM kill within {args.max_minutes:g} minutes (leak too slow for this limit?)")
         return 1
@@ -295,6 +389,9 @@ def main() -> int:
         return 1
     print(f"RESULT: policy said rotate at {first_rotate[0] - t0:.0f} s, {ended} at {oom_at - t0:.0f} s: "
           f"lead {oom_at - first_rotate[0]:.0f} s ({first_rotate[1][:120]})")
+    if policy_alone is not None:
+        print(f"        the policy's rules alone (no ladder): rotate at {policy_alone - t0:.0f} s, lead "
+              f"{oom_at - policy_alone:.0f} s")
     if first_memory is not None and first_memory is not first_rotate:
         print(f"        the memory rules alone: rotate at {first_memory[0] - t0:.0f} s, lead "
               f"{oom_at - first_memory[0]:.0f} s ({first_memory[1][:120]})")
@@ -369,6 +466,97 @@ class LimitStall:
             self.at_limit = (s.time_s, used)
         elif s.time_s - self.at_limit[0] >= STALL_S:
             self.stalled_since = self.at_limit[0]
+
+
+class Ladder:
+    """The ladder climbed as the operator climbs it (operator/cycle/
+    laddering.py: every ``CLIMB_EVERY_S``, on the policy's decision then),
+    each new step written to the pressure file the workload's
+    ``on_pressure`` reads, as the kubelet shows the pod's annotation in a
+    pod. Keeps what a person wants of the run: each step asked and judged,
+    and the time spent at each level."""
+
+    def __init__(self, settings: PolicySettings, path: Path, t0: float) -> None:
+        self.settings, self.path, self.t0 = settings, path, t0
+        self.step: Step | None = None
+        self.said: tuple[object, ...] = ()
+        self.last_climb: float | None = None
+        self.level: tuple[Level, float] | None = None  # the level held, since
+        self.time_at: dict[Level, float] = {}
+        self.lines: list[str] = []
+        self.why = "not climbed yet"
+        # Each verdict, with what the climbs saw: the creep before and after, memory in use at the step and now.
+        self.judgements: list[tuple[Judgement, float | None, float | None, float | None, float | None]] = []
+        self.points: list[tuple[float, float]] = []  # memory in use at each climb
+        path.write_text("")  # no annotation yet: the downward API file is empty
+
+    def now(self) -> str:
+        """The level held and the step in effect, for the run's progress lines."""
+        level = self.level[0].value if self.level else "unknown"
+        return f"pressure {level}, step {self.step.rung.value if self.step else 'none'} ({self.why})"
+
+    def due(self, now_s: float) -> bool:
+        return self.last_climb is None or now_s - self.last_climb >= CLIMB_EVERY_S
+
+    def climb(self, decision: Decision, window: PodWindow, now_s: float) -> Move:
+        self.last_climb = now_s
+        move = climb(settings=self.settings, step=self.step, decision=decision, window=window, now_s=now_s)
+        self.step = move.step
+        self.why = move.message
+        if decision.evidence.used_bytes is not None:
+            self.points.append((now_s, float(decision.evidence.used_bytes)))
+        self._held(move.level, now_s)
+        asked = asked_of("real-leak", move, decision.evidence.projected_oom_s)
+        said = (asked.level, asked.step, asked.since, asked.effect)
+        if said != self.said:
+            self.said = said
+            self.path.write_text(asked.to_json())
+        if move.judged is not None:
+            # The ladder's creep reads five one-minute means on each side of a
+            # step: more than a settle time scaled to minutes holds. The same
+            # Theil-Sen over this run's climbs, every CLIMB_EVERY_S, says it here.
+            since = now_s - move.judged.after_s
+            self.judgements.append((move.judged, self._creep(since - self.settings.ladder_settle_s, since),
+                                    self._creep(since, now_s + 1), self._used_at(since), self._used_at(now_s)))
+        if move.started or move.judged is not None or move.ended:
+            line = f"[{now_s - self.t0:6.0f} s] LADDER {move.level.value}: {move.message}"
+            self.lines.append(line)
+            print(line, flush=True)
+        return move
+
+    def _creep(self, start_s: float, end_s: float) -> float | None:
+        pts = [(t, y) for t, y in self.points if start_s <= t < end_s]
+        line = theil_sen([t for t, _ in pts], [y for _, y in pts]) if len(pts) >= 3 else None
+        return None if line is None else line.slope * 3600.0
+
+    def _used_at(self, t_s: float) -> float | None:
+        return next((y for t, y in reversed(self.points) if t <= t_s + 1e-6), None)
+
+    def _held(self, level: Level, now_s: float) -> None:
+        if self.level is not None:
+            was, since = self.level
+            self.time_at[was] = self.time_at.get(was, 0.0) + now_s - since
+        self.level = (level, now_s)
+
+    def summary(self) -> str:
+        at = ", ".join(f"{lv.value} {self.time_at[lv]:.0f} s" for lv in Level if self.time_at.get(lv))
+        steps = "; ".join(f"{j.rung.value} {j.after_s:.0f} s after: {_freed(j.freed_bytes)}, creep "
+                          f"{_per_h(j.creep_before_bytes_per_h)} -> {_per_h(j.creep_after_bytes_per_h)} (on the "
+                          f"climbs: {_per_h(before)} -> {_per_h(after)}, in use {_mib(at)} -> {_mib(now)}), "
+                          f"{j.effect.value}" for j, before, after, at, now in self.judgements)
+        return f"time at each level: {at or 'none'}\n        steps judged: {steps or 'none'}"
+
+
+def _mib(b: float | None) -> str:
+    return "unknown" if b is None else f"{b / MIB:.0f} MiB"
+
+
+def _freed(b: int) -> str:
+    return f"freed {b / MIB:.0f} MiB" if b >= 0 else f"grew {-b / MIB:.0f} MiB"
+
+
+def _per_h(b: float | None) -> str:
+    return "unknown" if b is None else f"{b / MIB:+.0f} MiB/h"
 
 
 def _write(samples: list[Sample], path: str, *, t0: float, leak_start: float, oom_at: float,

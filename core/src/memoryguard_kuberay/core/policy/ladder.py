@@ -45,6 +45,7 @@ EFFECTIVE_CREEP_RATIO = 0.5  # the creep after a step at most this fraction of b
 HORIZON_HYSTERESIS = 1.25  # a level held is left once the projection is this much further than its horizon
 MIN_CREEP_POINTS = 5  # one-minute means needed on each side of a step to read a creep
 LEVEL_SPAN_S = 180.0  # memory in use at a step and at its judgement: the median of this many seconds' means
+SETTLE_SHARE = 3  # ... or of a third of the settle time, if shorter: a step is judged on what came after it
 
 
 class Level(str, enum.Enum):
@@ -167,17 +168,26 @@ def creep_between(window: PodWindow, start_s: float, end_s: float) -> float | No
     return None if line is None else line.slope * 3600.0
 
 
-def used_near(window: PodWindow, now_s: float, fallback: int | None) -> int | None:
-    """Memory in use now, as the median of the last few one-minute means
-    (one sample is a batch's spike as often as not)."""
-    means = [b.mean for b in window.rapid.buckets if now_s - LEVEL_SPAN_S <= b.start_s <= now_s]
+def level_span_s(settings: PolicySettings) -> float:
+    """How far back memory in use is read at a step and at its judgement:
+    three minutes, or a third of the settle time where that is shorter (a
+    reclaim that freed 860 MiB, judged 45 s on over three minutes' means,
+    read as 117 MiB freed: the judgement read mostly the time before it)."""
+    return min(LEVEL_SPAN_S, settings.ladder_settle_s / SETTLE_SHARE)
+
+
+def used_near(window: PodWindow, now_s: float, fallback: int | None, span_s: float = LEVEL_SPAN_S) -> int | None:
+    """Memory in use now, as the median of the one-minute means of the last
+    ``span_s`` (one sample is a batch's spike as often as not); the last
+    sample's figure where no mean starts in it."""
+    means = [b.mean for b in window.rapid.buckets if now_s - span_s <= b.start_s <= now_s]
     return int(median(means)) if means else fallback
 
 
 def judge_step(step: Step, decision: Decision, window: PodWindow, settings: PolicySettings,
                now_s: float) -> Judgement:
     ev = decision.evidence
-    used = used_near(window, now_s, ev.used_bytes)
+    used = used_near(window, now_s, ev.used_bytes, level_span_s(settings))
     freed = step.used_bytes - (used if used is not None else step.used_bytes)
     after = creep_between(window, step.since_s, now_s + 1)
     before = step.creep_bytes_per_h
@@ -197,7 +207,7 @@ def judge_step(step: Step, decision: Decision, window: PodWindow, settings: Poli
 
 def _ask(rung: Rung, level: Level, decision: Decision, window: PodWindow, settings: PolicySettings,
          now_s: float) -> Step | None:
-    used = used_near(window, now_s, decision.evidence.used_bytes)
+    used = used_near(window, now_s, decision.evidence.used_bytes, level_span_s(settings))
     if used is None:
         return None
     # The creep before: over the rapid-growth rule's window of one-minute means.
@@ -222,7 +232,8 @@ def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, wi
     the policy's decision for it now. ``shed_waits``: why no shed may be
     asked now (the group's budget), or None."""
     held = step.level if step is not None else Level.NORMAL
-    level = level_of(decision, settings, held, used_near(window, now_s, decision.evidence.used_bytes))
+    level = level_of(decision, settings, held,
+                     used_near(window, now_s, decision.evidence.used_bytes, level_span_s(settings)))
     if not settings.ladder_enabled:
         return Move(level, Rung.NONE, None, "the ladder is off for this guard: rotation alone", ended=step is not None)
     why = _why(level, decision)
