@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import ModuleType
 
 from memoryguard_kuberay.core.policy import PodWindow
 from memoryguard_kuberay.core.policy.types import Decision
@@ -12,6 +15,17 @@ from memoryguard_kuberay.core.simulate import replay
 
 GIB = 1024**3
 LIMIT = 32 * GIB
+REAL_LEAK = Path(__file__).resolve().parents[2] / "benchmarks" / "real_leak.py"
+
+
+def real_leak() -> ModuleType:
+    """``benchmarks/real_leak.py`` (``make real-leak``) as a module: its
+    pure parts (the limit stall, the ladder it climbs) are tested here."""
+    spec = importlib.util.spec_from_file_location("real_leak", REAL_LEAK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def sample(t: float, frac: float | None, *, limit: int | None = LIMIT, psi_full: float | None = 0.1,

@@ -5,22 +5,15 @@ reclaimed under it while the leak goes on)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 from memoryguard_kuberay.core.samples import Sample
+from tests.core.helpers import real_leak
 
 MIB = 1024**2
 LIMIT = 2048 * MIB
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "real_leak.py"
 
 
 def _stall() -> type:
-    spec = importlib.util.spec_from_file_location("real_leak", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.LimitStall  # type: ignore[no-any-return]
+    return real_leak().LimitStall  # type: ignore[no-any-return]
 
 
 def _at(t: float, in_use_mib: float) -> Sample:

@@ -6,26 +6,16 @@ written while nothing changes, and the time at each level adding up."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import itertools
 from pathlib import Path
-from typing import Any
 
 from memoryguard_kuberay.core import commands, pressure
 from memoryguard_kuberay.core.policy import PodWindow, RotationHistory, decide
 from memoryguard_kuberay.core.samples import Sample
+from tests.core.helpers import real_leak
 
 MIB = 1024**2
 LIMIT = 3072 * MIB
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "real_leak.py"
-
-
-def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("real_leak", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _leak(t: float) -> Sample:
@@ -35,7 +25,7 @@ def _leak(t: float) -> Sample:
 
 
 def test_a_leak_climbs_reclaim_then_shed_and_each_change_is_written_once(tmp_path: Path) -> None:
-    rl = _script()
+    rl = real_leak()
     settings = dataclasses.replace(commands.load_guard_settings(str(rl.TEST_PROFILE)), dry_run=False,
                                    ladder_enabled=True, ladder_settle_s=45, reclaim_horizon_s=600,
                                    shed_horizon_s=300)
