@@ -59,7 +59,7 @@ from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.traces import write_trace
 from memoryguard_kuberay.devkit import processes
 from memoryguard_kuberay.devkit.emulator.world import free_port
-from memoryguard_kuberay.operator.cycle.laddering import asked_of
+from memoryguard_kuberay.operator.cycle.laddering import asked_of, said_key
 from memoryguard_kuberay.operator.forensics import cli as forensics_cli
 from memoryguard_kuberay.operator.forensics import collect as forensics
 
@@ -479,11 +479,10 @@ class Ladder:
     def __init__(self, settings: PolicySettings, path: Path, t0: float) -> None:
         self.settings, self.path, self.t0 = settings, path, t0
         self.step: Step | None = None
-        self.said: tuple[object, ...] = ()
+        self.said: tuple[object, ...] = ()  # laddering.said_key of what the file says
         self.last_climb: float | None = None
         self.level: tuple[Level, float] | None = None  # the level held, since
         self.time_at: dict[Level, float] = {}
-        self.lines: list[str] = []
         self.why = "not climbed yet"
         # Each verdict, with what the climbs saw: the creep before and after, memory in use at the step and now.
         self.judgements: list[tuple[Judgement, float | None, float | None, float | None, float | None]] = []
@@ -507,7 +506,7 @@ class Ladder:
             self.points.append((now_s, float(decision.evidence.used_bytes)))
         self._held(move.level, now_s)
         asked = asked_of("real-leak", move, decision.evidence.projected_oom_s)
-        said = (asked.level, asked.step, asked.since, asked.effect)
+        said = said_key(asked, False)
         if said != self.said:
             self.said = said
             self.path.write_text(asked.to_json())
@@ -519,9 +518,7 @@ class Ladder:
             self.judgements.append((move.judged, self._creep(since - self.settings.ladder_settle_s, since),
                                     self._creep(since, now_s + 1), self._used_at(since), self._used_at(now_s)))
         if move.started or move.judged is not None or move.ended:
-            line = f"[{now_s - self.t0:6.0f} s] LADDER {move.level.value}: {move.message}"
-            self.lines.append(line)
-            print(line, flush=True)
+            print(f"[{now_s - self.t0:6.0f} s] LADDER {move.level.value}: {move.message}", flush=True)
         return move
 
     def _creep(self, start_s: float, end_s: float) -> float | None:

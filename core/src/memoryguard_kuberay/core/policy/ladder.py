@@ -176,7 +176,7 @@ def level_span_s(settings: PolicySettings) -> float:
     return min(LEVEL_SPAN_S, settings.ladder_settle_s / SETTLE_SHARE)
 
 
-def used_near(window: PodWindow, now_s: float, fallback: int | None, span_s: float = LEVEL_SPAN_S) -> int | None:
+def used_near(window: PodWindow, now_s: float, fallback: int | None, span_s: float) -> int | None:
     """Memory in use now, as the median of the one-minute means of the last
     ``span_s`` (one sample is a batch's spike as often as not); the last
     sample's figure where no mean starts in it."""

@@ -42,7 +42,7 @@ class PodState:
     # the pod has it: read from there on the first cycle (a restart).
     ladder: Step | None = None
     ladder_read: bool = False
-    # What the annotation last said (laddering._said_key: level, step, since,
+    # What the annotation last said (laddering.said_key: level, step, since,
     # verdict, only said in a dry run), None while the pod has none: the
     # JSON is made only to be written, never parsed again each cycle.
     pressure_said: tuple[object, ...] | None = None

@@ -60,7 +60,7 @@ def asked_of(guard: str, move: Move, projected_oom_s: float | None) -> pressure.
         effect=step.effect.value if step and step.effect else None, guard=guard)
 
 
-def _said_key(asked: pressure.Pressure | None, dry_run: bool) -> tuple[object, ...]:
+def said_key(asked: pressure.Pressure | None, dry_run: bool) -> tuple[object, ...]:
     """What decides a new write: the level, the step, when it was asked, its
     verdict, and whether it was only said (a dry run: written once the dry
     run ends). An annotation the operator could not have written: ()."""
@@ -108,14 +108,14 @@ def _current(p: pi.PodInfo, track: PodState) -> Step | None:
         value = p.annotations.get(C.ANN_PRESSURE)
         asked = pressure.parse(value)
         track.ladder = step_from(asked)
-        track.pressure_said = None if value is None else _said_key(asked, False)
+        track.pressure_said = None if value is None else said_key(asked, False)
     return track.ladder
 
 
 async def _apply(g: Guard, p: pi.PodInfo, track: PodState, move: Move, projected_oom_s: float | None,
                  dry_run: bool) -> Decided:
     asked = asked_of(g.name, move, projected_oom_s)
-    said = _said_key(asked, dry_run)
+    said = said_key(asked, dry_run)
     if track.pressure_said == said:
         return NOTHING
     if track.pressure_said is None and move.step is None:
