@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from memoryguard_kuberay.core.policy import Action, Reason, RotationHistory, decide, projection
+from memoryguard_kuberay.core.policy import Action, Reason, RotationHistory, decide, detectors, projection
 from memoryguard_kuberay.core.policy.window import PodWindow
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
@@ -77,7 +77,7 @@ def test_the_onset_reads_the_recent_half_only_when_it_rises_steadily() -> None:
     blended = projection.project(window.used, now_s=t_check, ceiling=0.99 * LIMIT, min_slope_per_s=0.0,
                                 settings=settings)
     onset = projection.project(window.used, now_s=t_check, ceiling=0.99 * LIMIT, min_slope_per_s=0.0,
-                              settings=settings, onset=True)
+                              settings=settings, onset_horizon_s=settings.horizon_s)
     assert blended is not None and onset is not None
     assert blended.eta_s is not None and blended.eta_s > settings.horizon_s  # the blend: hours away
     assert onset.eta_s is not None and onset.sustained and onset.eta_s <= settings.horizon_s, onset
@@ -85,12 +85,13 @@ def test_the_onset_reads_the_recent_half_only_when_it_rises_steadily() -> None:
     # watched a quarter of an hour more (a ramp that levels off shows it then).
     early = _window_until(samples, t_check - 1200, settings)
     watched = projection.project(early.used, now_s=t_check - 1200, ceiling=0.99 * LIMIT, min_slope_per_s=0.0,
-                                settings=settings, onset=True)
+                                settings=settings, onset_horizon_s=settings.horizon_s)
     assert watched is not None and not watched.sustained and "new climb" in watched.why_not, watched
     flat = _window_until(flat_then(flat_h=99, growth=lambda s: 0.0, end_h=8), 8 * 3600, settings)
     assert flat.used.fit is not None
     assert projection.onset_projection(flat.used, flat.used.fit, now_s=8 * 3600, ceiling=0.99 * LIMIT,
-                                       min_slope_per_s=0.0, settings=settings, min_span_s=None) is None
+                                       min_slope_per_s=0.0, settings=settings, min_span_s=None,
+                                       horizon_s=settings.horizon_s) is None
 
 
 def test_a_ramp_that_levels_off_after_a_flat_stretch_is_no_leak() -> None:
@@ -122,3 +123,36 @@ def test_a_pod_at_the_limit_s_edge_is_never_healthy() -> None:
     [d] = decide(settings=settings, window=window, history=RotationHistory(), now_s=now)
     assert d.action is Action.NONE and d.reason is Reason.NEAR_LIMIT, d
     assert "97%" in d.message and "15 m" in d.message, d.message
+
+
+def test_a_sudden_leak_is_rotated_half_an_hour_before_its_oom() -> None:
+    # Flat for 6 h, then a leak that reaches the OOM point 45 minutes later:
+    # a quarter of an hour in, the rapid window's line (half flat, half the
+    # climb) read twice the time left; its recent half reads the climb.
+    rate = 0.54 * LIMIT / (45 * 60)
+    samples = flat_then(flat_h=6, growth=lambda s: rate * s, end_h=8, seed=3)
+    oom_at = samples[-1].time_s
+    result = replay("sudden", samples, PolicySettings())
+    assert result.first_rotation_s is not None
+    first = next(td for td in result.decisions if td.decision.action is Action.ROTATE)
+    assert first.decision.reason is Reason.RAPID_GROWTH, first.decision.message
+    assert oom_at - result.first_rotation_s >= 1800, (oom_at - result.first_rotation_s) / 60
+
+
+def test_a_climb_that_has_just_fallen_back_is_not_rapid_growth() -> None:
+    # Three flat hours, a steady climb to 80% over 20 minutes, a burst to 97%
+    # for five, then back to 75%: the line through the last half hour is
+    # still steep, but nothing is climbing now.
+    rnd = random.Random(5)
+    out = []
+    for t in range(0, 4 * 3600, 15):
+        s = t - 3 * 3600
+        used = (0.45 if s < 0 else 0.45 + 0.35 * min(s, 1200) / 1200 if s < 1200 else
+                0.97 if s < 1500 else 0.75) * LIMIT
+        out.append(sample(t, used + rnd.gauss(0, 0.003 * LIMIT)))
+    settings = PolicySettings()
+    fell_back = 3 * 3600 + 1500 + 90
+    window = _window_until(out, fell_back, settings)
+    fired, p = detectors.rapid_projection(window, settings, fell_back)
+    assert p is not None and p.sustained and p.eta_s is not None and p.eta_s <= settings.rapid_horizon_s, p
+    assert not fired.fired, fired.note

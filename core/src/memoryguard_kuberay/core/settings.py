@@ -64,7 +64,9 @@ POLICY_FIELDS: tuple[Field, ...] = (
     Field("policy.rapidMinSpanSeconds", Kind.INT, 900,
           "Growth must have been seen, steady, for this long before it counts as rapid growth.",
           unit="s", minimum=120, maximum=7200, attr="rapid_min_span_s"),
-    Field("policy.rapidHorizonSeconds", Kind.INT, 1800,
+    # Half an hour's warning and ten minutes to act: the climb watched three
+    # more minutes, a drain, Ray's 30 s grace period, the replacement's start.
+    Field("policy.rapidHorizonSeconds", Kind.INT, 2400,
           "Rotate on rapid growth when the projected OOM is this close (include the time a drain takes).",
           unit="s", minimum=60, maximum=7200, attr="rapid_horizon_s"),
     # Memory pressure (PSI) together with high usage.

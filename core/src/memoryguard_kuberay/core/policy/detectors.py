@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from memoryguard_kuberay.core.policy.projection import Projection, project
-from memoryguard_kuberay.core.policy.window import HoldTimer, PodWindow
+from memoryguard_kuberay.core.policy.projection import Projection, project, still_climbing
+from memoryguard_kuberay.core.policy.window import HoldTimer, PodWindow, Series
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_oom_in, fmt_rate
 
@@ -38,7 +38,8 @@ def creep_projection(window: PodWindow, settings: PolicySettings,
     if not limit:
         return NO, None
     p = project(window.used, now_s=now_s, ceiling=OOM_AT * limit,
-                min_slope_per_s=settings.min_growth_fraction_per_h * limit / 3600.0, settings=settings, onset=True)
+                min_slope_per_s=settings.min_growth_fraction_per_h * limit / 3600.0, settings=settings,
+                onset_horizon_s=settings.horizon_s)
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
         return NO, p
     if window.resized and window.age_s < RESIZE_SETTLE_WINDOWS * settings.trend_window_s:
@@ -79,11 +80,16 @@ def rapid_projection(window: PodWindow, settings: PolicySettings,
         return NO, None
     p = project(window.rapid, now_s=now_s, ceiling=OOM_AT * limit,
                 min_slope_per_s=RAPID_MIN_GROWTH_PER_H * limit / 3600.0, settings=settings,
-                min_span_s=settings.rapid_min_span_s, min_tau=RAPID_MIN_TAU)
+                min_span_s=settings.rapid_min_span_s, min_tau=RAPID_MIN_TAU,
+                onset_horizon_s=settings.rapid_horizon_s if left_its_band(window.rapid) else None)
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.rapid_horizon_s:
         return NO, p
     if window.resized and window.age_s < settings.trend_window_s:
         return NO, p  # growing into the room a resize just gave (the critical rule still watches)
+    if not still_climbing(window.rapid, p.slope_per_s, settings):
+        # A climb that has just fallen back (a burst over, on top of a
+        # sawtooth's rise) still fits a steep line through the minutes before.
+        return NO, p
     # New ground only: a climb the pod has made before and come back from (an
     # epoch, a batch, a sawtooth) stops where it stopped then.
     # The pod's first climbs are its warm-up: history before the climb (two
@@ -101,6 +107,17 @@ def rapid_projection(window: PodWindow, settings: PolicySettings,
             window, since_s=before, level=level, limit=limit):
         return NO, p
     return Verdict(True, f"growing fast and steadily, {fmt_rate(p.slope_per_s * 3600)}, {fmt_oom_in(p.eta_s)}"), p
+
+
+def left_its_band(series: Series) -> bool:
+    """The newest bucket stands above every bucket of the window's earlier
+    half by at least as much as that half varied: growth that has left the
+    band the pod moved in, not the rising half of a sawtooth (which a fit of
+    the recent half alone would read as a sudden climb, and project the OOM
+    hours early)."""
+    means = series.buckets.column(1)
+    early = means[: len(means) // 2]
+    return bool(early) and means[-1] - max(early) >= max(early) - min(early)
 
 
 DAY_S = 86400.0
@@ -146,7 +163,7 @@ def node_projection(window: PodWindow, settings: PolicySettings,
         return NO, None
     p = project(window.used, now_s=now_s, ceiling=ceiling,
                 min_slope_per_s=settings.min_growth_fraction_per_h * ceiling / 3600.0, settings=settings,
-                onset=True)
+                onset_horizon_s=settings.horizon_s)
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
         return NO, p
     if not new_ground(window, since_s=now_s - settings.trend_window_s, level=window.used.buckets[-1].mean,

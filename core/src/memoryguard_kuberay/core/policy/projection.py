@@ -33,17 +33,18 @@ ONSET_TAIL = 3  # buckets (a quarter of an hour at the default five minutes) sti
 
 def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: float,
             settings: PolicySettings, min_span_s: float | None = None, min_tau: float | None = None,
-            highest_peaks: bool = False, onset: bool = False) -> Projection | None:
+            highest_peaks: bool = False, onset_horizon_s: float | None = None) -> Projection | None:
     """Project a series' trend to ``ceiling``. None before any fit exists.
     The span and consistency needed default to the trend settings'; peaks
     ride above the trend by their median offset, or by their highest.
-    ``onset``: growth that began within the window is projected from the
-    recent half's own line."""
+    ``onset_horizon_s`` (the horizon of the rule that reads it): growth that
+    began within the window is projected from the recent half's own line."""
     fit = series.fit
     if fit is None:
         return None
-    if onset and (p := onset_projection(series, fit, now_s=now_s, ceiling=ceiling, min_slope_per_s=min_slope_per_s,
-                                        settings=settings, min_span_s=min_span_s)) is not None:
+    if onset_horizon_s is not None and (p := onset_projection(
+            series, fit, now_s=now_s, ceiling=ceiling, min_slope_per_s=min_slope_per_s, settings=settings,
+            min_span_s=min_span_s, horizon_s=onset_horizon_s)) is not None:
         return p
     slope = fit.line.slope
     level = fit.level_at(now_s) + (fit.peak_max_offset if highest_peaks else fit.peak_offset)
@@ -70,7 +71,7 @@ def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: fl
 
 
 def onset_projection(series: Series, fit: TrendFit, *, now_s: float, ceiling: float, min_slope_per_s: float,
-                     settings: PolicySettings, min_span_s: float | None) -> Projection | None:
+                     settings: PolicySettings, min_span_s: float | None, horizon_s: float) -> Projection | None:
     """A leak that begins after hours of flat memory: the whole window's
     line is a blend of the flat part and the climb, so it lags both the
     level and the pace by as much as the flat part weighs (a real 1 GiB pod
@@ -83,20 +84,14 @@ def onset_projection(series: Series, fit: TrendFit, *, now_s: float, ceiling: fl
         return None
     if recent.slope < max(min_slope_per_s, ONSET_RATIO * max(fit.line.slope, 0.0)):
         return None
-    # Still climbing at the end: the last ONSET_TAIL buckets at most
-    # ``decelerationRatio`` slower than the half (a ramp that has levelled
-    # off fits a steep line through its S-shape, and that line overshoots
-    # the level it holds).
-    tail = series.buckets.column(1)[-ONSET_TAIL:]
-    starts = series.buckets.column(0)[-ONSET_TAIL:]
-    if len(tail) < ONSET_TAIL:
-        return None
-    tail_line = theil_sen(starts, tail)
-    if tail_line is None or tail_line.slope < settings.deceleration_ratio * recent.slope:
+    # Still climbing at the end (a ramp that has levelled off fits a steep
+    # line through its S-shape, and that line overshoots the level it holds).
+    if not still_climbing(series, recent.slope, settings):
         return None
     # Where memory is: the half's line, never above the newest bucket's own
     # level carried on at the half's pace.
-    newest = tail[-1] + recent.slope * max(0.0, now_s - (starts[-1] + series.bucket_s / 2))
+    last_start, last_mean = series.buckets.column(0)[-1], series.buckets.column(1)[-1]
+    newest = last_mean + recent.slope * max(0.0, now_s - (last_start + series.bucket_s / 2))
     level = min(recent.at(now_s), newest)
     eta = max(0.0, (ceiling - level) / recent.slope)
     why_not = ""
@@ -104,10 +99,23 @@ def onset_projection(series: Series, fit: TrendFit, *, now_s: float, ceiling: fl
         why_not = f"only {fmt_duration(fit.span_s)} of history"
     elif fit.top is not None and fit.top[0] > now_s and fit.top[1] < ceiling:
         why_not = f"growth is levelling off below the limit, topping out in {fmt_duration(fit.top[0] - now_s)}"
-    elif eta > settings.horizon_s - ONSET_TAIL * series.bucket_s:
+    elif eta > horizon_s - ONSET_TAIL * series.bucket_s:
         # A new climb is acted on one tail later than a settled trend: a
         # ramp that levels off there (a cache filled, a model loaded) shows
         # it by then, and a leak still leaves most of the horizon.
         why_not = (f"a new climb, {fmt_oom_in(eta)} at its pace: watched another "
                    f"{fmt_duration(ONSET_TAIL * series.bucket_s)}")
     return Projection(slope_per_s=recent.slope, level=level, eta_s=eta, sustained=not why_not, why_not=why_not)
+
+
+def still_climbing(series: Series, pace_per_s: float, settings: PolicySettings) -> bool:
+    """The series' last ONSET_TAIL buckets still climb, at least
+    ``decelerationRatio`` of ``pace_per_s``: growth that has levelled off or
+    fallen back (a burst ended, a ramp held) is no longer climbing, however
+    steep the line through what came before."""
+    tail = series.buckets.column(1)[-ONSET_TAIL:]
+    starts = series.buckets.column(0)[-ONSET_TAIL:]
+    if len(tail) < ONSET_TAIL:
+        return False
+    line = theil_sen(starts, tail)
+    return line is not None and line.slope >= settings.deceleration_ratio * pace_per_s
