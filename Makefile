@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 PHONY_TIERS := check e2e ray emulator realk8s
-.PHONY: setup run demo test lint typecheck unit $(PHONY_TIERS) faults real-pods cgroupv2 soak bench bench-sidecar bench-hostile bench-tenants bench-flood bench-state bench-operator real-leak crds traces clean
+.PHONY: setup run demo test lint typecheck unit $(PHONY_TIERS) faults real-pods cgroupv2 soak bench bench-sidecar bench-hostile bench-tenants bench-tenants-real bench-flood bench-state bench-operator real-leak crds traces clean
 
 PARTS   := core sidecar operator devkit
 
@@ -94,6 +94,11 @@ bench-hostile: $(STAMP)
 # the other tenant's leak was evicted, against the same run alone (issue 24).
 bench-tenants: $(STAMP)
 	$(BIN)/python benchmarks/hostile_tenants.py
+
+# The attacks of issue 44 that go through the API, on the real control plane
+# (../shared/realk8s), against the operator as the chart installs it.
+bench-tenants-real: $(STAMP)
+	$(BIN)/python benchmarks/hostile_tenants_real.py
 
 # A legitimate poller beside a request flood on one real sidecar (issue 24).
 bench-flood: $(STAMP)

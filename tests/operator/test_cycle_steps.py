@@ -38,7 +38,7 @@ class FakeKube:
         self.rc, self.guard = rc, guard
         self.log: list[tuple[str, Any]] = []
 
-    async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
+    async def get_raycluster(self, namespace: str, name: str, budget: Any = None) -> dict[str, Any]:
         return self.rc
 
     async def list_guard_identities(self, namespace: str) -> list[dict[str, Any]]:

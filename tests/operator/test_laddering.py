@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -50,8 +51,8 @@ class Kube(FakeKube):
         await super().patch_pod_annotations(namespace, name, ann)
         self.annotated.append((name, dict(ann)))
 
-    async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        return self.pods
+    async def pod_pages(self, namespace: str, selector: str) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        yield self.pods, "1"
 
 
 def _flat(now: float, frac: float) -> tuple[Sample, ...]:

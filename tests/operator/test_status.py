@@ -25,6 +25,7 @@ def _degraded(**kw: Any) -> dict[str, Any]:
     ({}, "AsExpected", "all guarded pods report samples"),
     ({"spec_error": "spec.rotation.maxUnavailable must be >= 1"}, "InvalidSpec", "maxUnavailable"),
     ({"missing_clusters": ["gone"]}, "ClusterNotFound", "gone"),
+    ({"unread": "3 RayCluster(s) read, 9.0 MiB"}, "ClustersNotRead", "3 RayCluster(s) read"),
     ({"clusters": [], "pods": [], "contested": {"rc": "older"}}, "ClusterGuardedElsewhere", "older MemoryGuard older"),
     ({"clusters": [], "pods": []}, "NoClusterSelected", "matches no RayCluster"),
     ({"pods": [st.PodView("w1", "g", OK, "unreachable: ConnectionRefused")]}, "SidecarUnreachable", "w1"),

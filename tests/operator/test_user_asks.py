@@ -88,7 +88,7 @@ def test_ready_says_whether_the_guard_guards_what_its_spec_names(spec: dict[str,
     """Issue 42, 4: a misspelled cluster name or a worker group no cluster
     has read READY True."""
     class Kube(FakeKube):
-        async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
+        async def get_raycluster(self, namespace: str, name: str, budget: Any = None) -> dict[str, Any]:
             if name != "rc":
                 from memoryguard_kuberay.operator.api.errors import NotFound
 

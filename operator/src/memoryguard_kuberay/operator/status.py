@@ -163,9 +163,11 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
           missing_clusters: Sequence[str], rotations: Mapping[str, Any], last_action: str | None, now_iso: str,
           previous: Mapping[str, Any], contested: Mapping[str, str] | None = None,
           last_action_brief: str | None = None, refused: str | None = None,
-          held: Mapping[str, Any] | None = None, unknown_groups: Sequence[str] = ()) -> dict[str, Any]:
+          held: Mapping[str, Any] | None = None, unknown_groups: Sequence[str] = (),
+          unread: str | None = None) -> dict[str, Any]:
     """The status, computed once from what the cycle found and did.
     ``refused``: why the operator will not serve this guard at all.
+    ``unread``: why some clusters it selects were not read (clusters.py).
     ``held``: RayClusters whose templates are left alone, with why
     ({"reason", "message"}: kuberayrules.py), as the status keeps them."""
     prev_conds = previous.get("conditions") or []
@@ -179,6 +181,8 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
         degraded = (True, "TooManyGuards", refused)
     elif spec_error:
         degraded = (True, "InvalidSpec", spec_error)
+    elif unread:
+        degraded = (True, "ClustersNotRead", unread)
     elif missing_clusters:
         degraded = (True, "ClusterNotFound", f"RayCluster(s) not found: {', '.join(missing_clusters)}")
     elif contested:
@@ -203,6 +207,8 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
         ready, ready_reason, ready_message = False, "TooManyGuards", refused
     elif spec_error:
         ready, ready_reason, ready_message = False, "InvalidSpec", spec_error
+    elif unread:
+        ready, ready_reason, ready_message = False, "ClustersNotRead", unread
     elif missing_clusters:
         ready, ready_reason, ready_message = False, "ClusterNotFound", (
             f"RayCluster(s) not found in this namespace: {', '.join(missing_clusters)}")

@@ -9,6 +9,7 @@ evicts (``POST .../eviction``, honouring PodDisruptionBudgets).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import json as _json
 import ssl
@@ -46,6 +47,27 @@ MAX_PAGE_BYTES = 8 << 20
 
 class PageTooLarge(Exception):
     """A page's answer passed MAX_PAGE_BYTES (read no further)."""
+
+
+@dataclasses.dataclass
+class ReadBudget:
+    """The bytes of answers one reader may take in one pass (a guard's
+    RayClusters in one cycle): what the objects a tenant writes can cost
+    the operator, bounded by configuration, not by their size. A read that
+    starts within it is finished, and no answer is over ``limit``, so at
+    most twice ``limit`` is read; none starts after. Made for one pass and
+    dropped."""
+
+    limit: int
+    spent_bytes: int = 0
+    cut: bool = False  # a read was not made: what it would have brought is unknown
+
+    def charge(self, n: int) -> None:
+        self.spent_bytes += n
+
+    @property
+    def spent(self) -> bool:
+        return self.spent_bytes >= self.limit
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"  # k8s.io/client-go/metadata
 MAX_WATCH_LINE = 4 * 1024 * 1024  # one watch event: an object is at most ~1.5 MiB in etcd
 
@@ -117,8 +139,12 @@ class Kube:
 
     async def request(self, method: str, path: str, *, json: Any = None, params: Mapping[str, str] | None = None,
                       content_type: str = "application/json", accept: str | None = None,
-                      max_bytes: int | None = None) -> Any:
-        """``max_bytes``: an answer longer is not read on (PageTooLarge)."""
+                      max_bytes: int | None = None, budget: ReadBudget | None = None) -> Any:
+        """``max_bytes``: an answer longer is not read on (PageTooLarge).
+        ``budget``: charged with the answer's length (read within
+        ``max_bytes``, MAX_PAGE_BYTES when not given)."""
+        if budget is not None and max_bytes is None:
+            max_bytes = MAX_PAGE_BYTES
         s = await self.session()
         headers = {"Content-Type": content_type} if json is not None else {}
         if accept:
@@ -136,26 +162,37 @@ class Kube:
                     body += chunk
                     if len(body) > max_bytes:
                         raise PageTooLarge()
-                return _json.loads(bytes(body)) if body else None
+                if budget is not None:
+                    budget.charge(len(body))
+                return _json.loads(body) if body else None  # parsed where it was read: no copy of 8 MiB
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise api_error(0, "Unreachable", str(exc) or type(exc).__name__) from exc
 
-    async def list_pages(self, path: str, params: Mapping[str, str], *,
-                         metadata_only: bool = False) -> AsyncGenerator[tuple[list[Any], str], None]:
+    async def list_pages(self, path: str, params: Mapping[str, str], *, metadata_only: bool = False,
+                         budget: ReadBudget | None = None) -> AsyncGenerator[tuple[list[Any], str], None]:
         """A LIST read in pages of ``LIST_PAGE`` items, as client-go's pager
         reads one: (the page's items, the list's resourceVersion). A reader
         holds one page at a time. A page refused mid-way (410 Expired: the
         list outlived a compaction) raises; the caller lists again.
         ``metadata_only``: each item's metadata and nothing else, as
-        client-go's metadata client asks (the server never sends the rest)."""
+        client-go's metadata client asks (the server never sends the rest).
+        ``budget``: each page's length charged to it, and no page read once
+        it is spent (``budget.cut`` then says a page was left unread)."""
         token: str | None = None
         limit = LIST_PAGE
         while True:
+            if budget is not None and budget.spent:
+                budget.cut = True
+                return
             q = {**params, "limit": str(limit), **({"continue": token} if token else {})}
             try:
                 doc = await self.request("GET", path, params=q, accept=METADATA_ONLY if metadata_only else None,
-                                         max_bytes=MAX_PAGE_BYTES)
+                                         max_bytes=min(MAX_PAGE_BYTES, budget.limit) if budget else MAX_PAGE_BYTES,
+                                         budget=budget)
             except PageTooLarge:
+                if limit == 1 and budget is not None:
+                    budget.cut = True  # one object is more than the whole budget
+                    return
                 if limit == 1:
                     raise api_error(0, "PageTooLarge", f"one object of {path} is over {MAX_PAGE_BYTES} bytes") from None
                 limit = max(1, limit // 2)  # the same page again, halved
@@ -213,16 +250,23 @@ class Kube:
             raise api_error(0, "Unreachable", str(exc) or type(exc).__name__) from exc
 
     # -- reads --------------------------------------------------------------
-    async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        """Every pod the selector matches (read in pages). The guards read
-        pods from the cache (podcache.py); this is for rare whole reads."""
-        return await self.list_all(pod_path(namespace), {"labelSelector": label_selector})
+    def pod_pages(self, namespace: str, label_selector: str) -> AsyncGenerator[tuple[list[Any], str], None]:
+        """Pages of the pods the selector matches, for rare reads (a guard's
+        deletion); the guards' cycles read pods from the cache (podcache.py).
+        A page at a time: a tenant's pods may be a megabyte each."""
+        return self.list_pages(pod_path(namespace), {"labelSelector": label_selector})
 
-    async def list_rayclusters(self, namespace: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        """Read in pages, each within MAX_PAGE_BYTES (issue 44, 4: one answer
-        of 100 RayClusters of 1.2 MB each, every cycle)."""
-        return await self.list_all(_path(RAYCLUSTERS, namespace),
-                                   {"labelSelector": label_selector} if label_selector else {})
+    async def list_rayclusters(self, namespace: str, label_selector: str | None = None, *,
+                               budget: ReadBudget | None = None) -> list[dict[str, Any]]:
+        """Read in pages, each within MAX_PAGE_BYTES, and within ``budget``
+        (issue 44, 4: one answer of 100 RayClusters of 1.2 MB each, every
+        cycle; then, in pages, the operator at 309 MiB on the real server)."""
+        out: list[dict[str, Any]] = []
+        async for items, _rv in self.list_pages(_path(RAYCLUSTERS, namespace),
+                                                {"labelSelector": label_selector} if label_selector else {},
+                                                budget=budget):
+            out += items
+        return out
 
     async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
         """The namespace's guards, whole, read in pages (for the CLI's reads;
@@ -242,8 +286,8 @@ class Kube:
     async def get_guard(self, namespace: str, name: str) -> dict[str, Any]:
         return dict(await self.request("GET", _path(MEMORYGUARDS, namespace, name)))
 
-    async def get_raycluster(self, namespace: str, name: str) -> dict[str, Any]:
-        return dict(await self.request("GET", _path(RAYCLUSTERS, namespace, name)))
+    async def get_raycluster(self, namespace: str, name: str, *, budget: ReadBudget | None = None) -> dict[str, Any]:
+        return dict(await self.request("GET", _path(RAYCLUSTERS, namespace, name), budget=budget))
 
     async def server_minor(self) -> int | None:
         """The server's minor version (``GET /version``), None when it does

@@ -34,18 +34,19 @@ async def unmark_pods(ctx: OperatorContext, namespace: str, guard: str) -> None:
     """This guard's rotation marks off every pod that has them: nothing may
     be left half-rotated by a guard that is gone; and the ladder's step it
     asked (a pod told to shed by a guard that is gone would shed for ever)."""
-    for p in await ctx.kube.list_pods(namespace, f"{C.LABEL_IS_RAY_NODE}=yes"):
-        info = pi.pod_info(p)
-        if info.terminating:
-            continue
-        off: dict[str, str | None] = {}
-        if info.annotations.get(C.ANN_GUARD) == guard:
-            off.update(dict.fromkeys(pi.ROTATION_ANNOTATIONS))
-        asked = pressure.parse(info.annotations.get(C.ANN_PRESSURE))
-        if asked is not None and asked.guard == guard:
-            off[C.ANN_PRESSURE] = None
-        if off:
-            await ctx.kube.patch_pod_annotations(namespace, info.name, off)
+    # A page at a time: a tenant's pods, listed whole, were hundreds of MB once.
+    async for items, _rv in ctx.kube.pod_pages(namespace, f"{C.LABEL_IS_RAY_NODE}=yes"):
+        for info in [pi.pod_info(p) for p in items if isinstance(p, dict)]:
+            if info.terminating:
+                continue
+            off: dict[str, str | None] = {}
+            if info.annotations.get(C.ANN_GUARD) == guard:
+                off.update(dict.fromkeys(pi.ROTATION_ANNOTATIONS))
+            asked = pressure.parse(info.annotations.get(C.ANN_PRESSURE))
+            if asked is not None and asked.guard == guard:
+                off[C.ANN_PRESSURE] = None
+            if off:
+                await ctx.kube.patch_pod_annotations(namespace, info.name, off)
 
 
 async def release(ctx: OperatorContext, namespace: str, name: str, body: Mapping[str, Any]) -> None:
@@ -56,6 +57,9 @@ async def release(ctx: OperatorContext, namespace: str, name: str, body: Mapping
         return  # refused: it never injected, patched or budgeted anything
     selected = await clusters.select(ctx.kube, namespace=namespace, guard=body, spec=gs,
                                      guards=await ctx.roster.older_served(namespace, body), trust=ctx.trust)
+    if selected.unread:
+        # The cycles read no more than this either: what they never read, they never changed.
+        ctx.events.announce(namespace, body, say(EventReason.SIDECAR_REMOVAL_FAILED, selected.unread, body))
     ours = await clusters.our_budgets(ctx.kube, namespace, selected.clusters) if gs.pdb.enabled else {}
     for rc in selected.clusters:
         rc_name = rc["metadata"]["name"]

@@ -264,7 +264,7 @@ def summarize(g: Guard, run: Run, found: Cycle, views: list[st.PodView]) -> Deci
                       contested=selected.contested, rotations=g.mem.ledger.to_status(),
                       last_action=None, now_iso=iso(run.now), previous=g.mem.status,
                       held=g.mem.status.get("templatesHeld") or {},
-                      unknown_groups=clusters.unknown_groups(found.spec, selected.clusters))
+                      unknown_groups=clusters.unknown_groups(found.spec, selected.clusters), unread=selected.unread)
     status["templates"] = st.templates(views)
     deg = next(c for c in status["conditions"] if c["type"] == "Degraded")
     g.ctx.metrics.degraded(g.namespace, g.name, deg["reason"] if deg["status"] == "True" else None)

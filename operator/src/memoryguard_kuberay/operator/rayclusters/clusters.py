@@ -13,7 +13,7 @@ from typing import Any
 from memoryguard_kuberay.core.trust import Trust
 from memoryguard_kuberay.operator.api import podinfo as pi
 from memoryguard_kuberay.operator.api.errors import ApiError, Conflict, NotFound
-from memoryguard_kuberay.operator.api.kube import Kube
+from memoryguard_kuberay.operator.api.kube import Kube, ReadBudget
 from memoryguard_kuberay.operator.decided import Say, say
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import GuardSpec, SpecError, read_guard_spec
@@ -24,11 +24,22 @@ from memoryguard_kuberay.operator.rotations import budgets
 log = logging.getLogger("memoryguard_kuberay.operator")
 
 
+# The most of RayClusters one guard reads in a cycle (their JSON, as the
+# server sends it; one answer past it may be finished, itself within it): a
+# KubeRay cluster is some 10 KiB, a large one 100 KiB, so this is hundreds
+# of real clusters; a tenant's clusters padded to the server's limit (1.2 MB
+# each, a hundred of them, one guard listing them every second) held the
+# operator at 309 MiB (issue 44, 4). Past it, the clusters not read are not
+# guarded, and the status says so.
+CLUSTER_READ_BYTES = 4 << 20
+
+
 @dataclasses.dataclass(frozen=True)
 class Selected:
     clusters: list[dict[str, Any]]  # the RayClusters this guard acts on, by name
     missing: list[str]  # named in the spec, not found
     contested: dict[str, str]  # RayCluster -> the older guard that has it
+    unread: str | None = None  # why some clusters the spec selects were not read (CLUSTER_READ_BYTES)
 
 
 def older(me: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
@@ -42,24 +53,31 @@ def older(me: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
 
 
 async def select(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec,
-                 guards: Sequence[Mapping[str, Any]], trust: Trust | None = None) -> Selected:
+                 guards: Sequence[Mapping[str, Any]], trust: Trust | None = None,
+                 read_bytes: int = CLUSTER_READ_BYTES) -> Selected:
     """The RayClusters ``guard`` selects and may act on. A cluster an older
     guard also selects is left to that guard: two guards never rotate one
     cluster's pods with two sets of budgets. A guard the operator refuses
     (judged with the same ``trust``) guards nothing, so it takes nothing.
-    ``guards``: the namespace's guards (guardroster.py: listed once for all)."""
+    ``guards``: the namespace's guards (guardroster.py: listed once for all).
+    What it reads is bounded by ``read_bytes`` (CLUSTER_READ_BYTES): the
+    clusters past it are named in ``unread``, and not guarded."""
     found: dict[str, dict[str, Any]] = {}
-    missing = []
+    missing, skipped = [], []
+    budget = ReadBudget(read_bytes)
     for name in spec.selection.cluster_names:
+        if budget.spent:
+            skipped.append(name)
+            continue
         try:
-            found[name] = await kube.get_raycluster(namespace, name)
+            found[name] = await kube.get_raycluster(namespace, name, budget=budget)
         except ApiError as e:
             if not isinstance(e, NotFound):
                 raise
             missing.append(name)
     if spec.selection.cluster_labels:
         sel = ",".join(f"{k}={v}" for k, v in sorted(spec.selection.cluster_labels.items()))
-        for rc in await kube.list_rayclusters(namespace, sel):
+        for rc in await kube.list_rayclusters(namespace, sel, budget=budget):
             found[rc["metadata"]["name"]] = rc
     contested: dict[str, str] = {}
     if found:
@@ -76,7 +94,17 @@ async def select(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
                         labels.get(k) == v for k, v in sel_other.cluster_labels.items())):
                     contested[name] = other["metadata"]["name"]
                     del found[name]
-    return Selected([found[k] for k in sorted(found)], missing, contested)
+    return Selected([found[k] for k in sorted(found)], missing, contested, _unread(budget, skipped, len(found)))
+
+
+def _unread(budget: ReadBudget, skipped: Sequence[str], read: int) -> str | None:
+    if not skipped and not budget.cut:
+        return None
+    what = [f"RayCluster(s) {', '.join(skipped)}"] if skipped else []
+    what += ["any further RayCluster the label selector matches"] if budget.cut else []
+    return (f"{read} RayCluster(s) read, {budget.spent_bytes / 2**20:.1f} MiB, the most the operator reads for one "
+            f"guard in a cycle ({budget.limit / 2**20:.0f} MiB): {' and '.join(what)} not read and not guarded; "
+            "select fewer clusters per guard (one guard per cluster or per few)")
 
 
 def owner_ref(guard: Mapping[str, Any]) -> dict[str, Any]:
