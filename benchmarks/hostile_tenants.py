@@ -154,11 +154,16 @@ class Victim:
             since = float(target.split("since=", 1)[1]) if "since=" in target else now - 600
             start = max(since, now - 600, self.t0 - 1)
             ts = [float(int(start) + 1 + k) for k in range(int(now - start))]
-            body = json.dumps({"source": "bench", "samples": [_sample(t, self.used(pod, t)) for t in ts]}).encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
-            await writer.drain()
+            await answer(writer, [_sample(t, self.used(pod, t)) for t in ts])
         writer.close()
+
+
+async def answer(writer: asyncio.StreamWriter, samples: list[dict[str, Any]]) -> None:
+    """A sidecar's answer of ``samples``."""
+    body = json.dumps({"source": "bench", "samples": samples}).encode()
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    await writer.drain()
 
 
 def _cluster(name: str, replicas: int) -> dict[str, Any]:

@@ -66,7 +66,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from hostile_tenants import CHART_LIMIT_MIB, LEAK_LIMIT, TARGETS, TEST_PROFILE, _sample  # noqa: E402
+from hostile_tenants import CHART_LIMIT_MIB, LEAK_LIMIT, TARGETS, TEST_PROFILE, _sample, answer  # noqa: E402
 from operator_scale import worker_pod  # noqa: E402
 
 from tests.devworld import KUBERAY  # noqa: E402
@@ -118,10 +118,7 @@ class Sidecars:
             since = float(target.split("since=", 1)[1].split("&")[0]) if "since=" in target else now - 600
             start = max(since, now - 600, self.leak_from.get(ip, now - 600) - 1)
             ts = [float(int(start) + 1 + k) for k in range(int(now - start))]
-            body = json.dumps({"source": "bench", "samples": [_sample(t, self.used(ip, t)) for t in ts]}).encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                         b"Content-Length: %d\r\n\r\n" % len(body) + body)
-            await writer.drain()
+            await answer(writer, [_sample(t, self.used(ip, t)) for t in ts])
         writer.close()
 
 
