@@ -9,7 +9,6 @@ evicts (``POST .../eviction``, honouring PodDisruptionBudgets).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
 import json as _json
 import ssl
@@ -31,6 +30,7 @@ from memoryguard_kuberay.operator.api.errors import (
     _api_error,
     api_error,
 )
+from memoryguard_kuberay.operator.api.readbudget import ReadBudget
 
 # An Event refused by a busy or failing API server (429, 5xx, no answer) is
 # tried again after each of these delays (seconds), then dropped: as
@@ -49,25 +49,6 @@ class PageTooLarge(Exception):
     """A page's answer passed MAX_PAGE_BYTES (read no further)."""
 
 
-@dataclasses.dataclass
-class ReadBudget:
-    """The bytes of answers one reader may take in one pass (a guard's
-    RayClusters in one cycle): what the objects a tenant writes can cost
-    the operator, bounded by configuration, not by their size. A read that
-    starts within it is finished, and no answer is over ``limit``, so at
-    most twice ``limit`` is read; none starts after. Made for one pass and
-    dropped."""
-
-    limit: int
-    spent_bytes: int = 0
-    cut: bool = False  # a read was not made: what it would have brought is unknown
-
-    def charge(self, n: int) -> None:
-        self.spent_bytes += n
-
-    @property
-    def spent(self) -> bool:
-        return self.spent_bytes >= self.limit
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"  # k8s.io/client-go/metadata
 MAX_WATCH_LINE = 4 * 1024 * 1024  # one watch event: an object is at most ~1.5 MiB in etcd
 

@@ -13,7 +13,8 @@ from typing import Any
 from memoryguard_kuberay.core.trust import Trust
 from memoryguard_kuberay.operator.api import podinfo as pi
 from memoryguard_kuberay.operator.api.errors import ApiError, Conflict, NotFound
-from memoryguard_kuberay.operator.api.kube import Kube, ReadBudget
+from memoryguard_kuberay.operator.api.kube import Kube
+from memoryguard_kuberay.operator.api.readbudget import ReadBudget
 from memoryguard_kuberay.operator.decided import Say, say
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import GuardSpec, SpecError, read_guard_spec
