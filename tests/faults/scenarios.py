@@ -427,9 +427,12 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("kill-drained", "operator SIGKILLed after draining (evictions failing)", killed_at("evicting"),
              expect="restart resumes at the eviction; one eviction"),
     # The replacement takes 2,400 s of clock plus the pod's start; the timeout
-    # leaves room for a loaded machine (a restart alone takes seconds).
+    # leaves room for a loaded machine, where the restart's own start takes
+    # seconds of the clock's 600 a second (10,800 s, 18 s real, failed once
+    # in a CI run on a slow host: the replacement was up 5 s after the old
+    # pod's end, the restarted operator had not seen it ready 21 s after).
     Scenario("kill-evicted", "operator SIGKILLed after evicting (replacement pending)", killed_at("replacing"),
-             guard_spec={"rotation": {"replacementTimeoutSeconds": 10800}},
+             guard_spec={"rotation": {"replacementTimeoutSeconds": 21600}},
              expect="restart waits for the replacement; one eviction"),
     Scenario("shard-killed", "two replicas sharing 4 shards: the one holding the leaking guard's shard SIGKILLed "
              "mid-rotation (eviction held)", shard_killed, shards=SHARDS,
