@@ -186,10 +186,11 @@ class Kube:
             if not isinstance(token, str):
                 return
 
-    async def list_all(self, path: str, params: Mapping[str, str]) -> list[dict[str, Any]]:
-        """Every item of a LIST, read in pages: for reads whose whole answer is wanted."""
+    async def list_all(self, path: str, params: Mapping[str, str], *,
+                       budget: ReadBudget | None = None) -> list[dict[str, Any]]:
+        """Every item of a LIST (within ``budget``), read in pages: for reads whose whole answer is wanted."""
         out: list[dict[str, Any]] = []
-        async for items, _rv in self.list_pages(path, params):
+        async for items, _rv in self.list_pages(path, params, budget=budget):
             out += items
         return out
 
@@ -242,12 +243,8 @@ class Kube:
         """Read in pages, each within MAX_PAGE_BYTES, and within ``budget``
         (issue 44, 4: one answer of 100 RayClusters of 1.2 MB each, every
         cycle; then, in pages, the operator at 309 MiB on the real server)."""
-        out: list[dict[str, Any]] = []
-        async for items, _rv in self.list_pages(_path(RAYCLUSTERS, namespace),
-                                                {"labelSelector": label_selector} if label_selector else {},
-                                                budget=budget):
-            out += items
-        return out
+        return await self.list_all(_path(RAYCLUSTERS, namespace),
+                                   {"labelSelector": label_selector} if label_selector else {}, budget=budget)
 
     async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
         """The namespace's guards, whole, read in pages (for the CLI's reads;
