@@ -11,8 +11,8 @@ import kopf
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator import config
-from memoryguard_kuberay.operator.api.credentials import load_credentials
-from memoryguard_kuberay.operator.api.kube import Kube
+from memoryguard_kuberay.operator.api.credentials import NoCredentials, load_credentials
+from memoryguard_kuberay.operator.api.kube import REQUEST_CONNECTIONS, Kube, client_session
 from memoryguard_kuberay.operator.api.podcache import PodCaches
 from memoryguard_kuberay.operator.clock import Clock
 from memoryguard_kuberay.operator.cycle import finalizer, guarding, guardstate
@@ -32,6 +32,26 @@ log = logging.getLogger("memoryguard_kuberay.operator")
 # timeout) is cut.
 STOP_WAIT_S = 30.0
 OWNER_WAIT_S = 1.0  # a guard whose shard another replica holds looks again this often (real seconds)
+# kopf's watches besides the guards' (one per watched namespace, or one):
+# its observers of namespaces and CRDs, and its peering.
+KOPF_OTHER_WATCHES = 3
+
+
+@kopf.on.login()
+async def login(memo: kopf.Memo, **_: Any) -> kopf.AiohttpSession:
+    """kopf's own session to the API server, with at most as many
+    connections as its watches and REQUEST_CONNECTIONS requests. kopf's
+    default has no limit: 1,000 guards at start made 935 connections at
+    once, for their finalizers and daemons, and the memory their buffers
+    took stayed with the process (issue 44, 3). The credentials are read
+    again at every login: kopf logs in again on a 401 (a rotated token)."""
+    try:
+        creds = load_credentials()
+    except NoCredentials as exc:
+        raise kopf.LoginError(str(exc)) from None
+    watches = int(memo.get("watches") or 1) + KOPF_OTHER_WATCHES
+    return kopf.AiohttpSession(server=creds.server.rstrip("/"), aiohttp_session=client_session(
+        creds, limit=REQUEST_CONNECTIONS + watches, user_agent="memoryguard-kopf"))
 
 
 @kopf.on.startup()

@@ -83,6 +83,31 @@ def guard_identity(guard: Mapping[str, Any]) -> dict[str, Any]:
                          and not isinstance(meta.get(k), bool) and len(str(meta[k])) <= 256}}
 
 
+REQUEST_CONNECTIONS = 32  # requests at once to the API server, ours and kopf's each (watches apart)
+
+
+def client_session(creds: Credentials, *, limit: int, base_url: str | None = None,
+                   timeout: aiohttp.ClientTimeout | None = None,
+                   user_agent: str = "memoryguard") -> aiohttp.ClientSession:
+    """A session to the API server with these credentials, at most ``limit``
+    connections open at once (0: no limit). Ours (``Kube``) and kopf's own
+    (the login handler in handlers.py) are made here, alike."""
+    ssl_ctx: ssl.SSLContext | bool = False
+    if creds.server.startswith("https"):
+        ssl_ctx = ssl.create_default_context(cafile=creds.ca_path)
+        if creds.cert_path:
+            ssl_ctx.load_cert_chain(creds.cert_path, creds.key_path)
+        if not creds.verify:
+            ssl_ctx.check_hostname = False
+            ssl_ctx.verify_mode = ssl.CERT_NONE
+    headers = {"User-Agent": user_agent}
+    if creds.token:
+        headers["Authorization"] = f"Bearer {creds.token}"
+    return aiohttp.ClientSession(base_url=base_url.rstrip("/") + "/" if base_url else None, headers=headers,
+                                 connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=limit),
+                                 timeout=timeout if timeout is not None else aiohttp.client.DEFAULT_TIMEOUT)
+
+
 class Kube:
     def __init__(self, creds: Credentials, *, timeout_s: float = 30.0, user_agent: str = "memoryguard") -> None:
         self.creds = creds
@@ -94,23 +119,12 @@ class Kube:
         self._watch_session: aiohttp.ClientSession | None = None
 
     def _new_session(self, limit: int) -> aiohttp.ClientSession:
-        ssl_ctx: ssl.SSLContext | bool = False
-        if self.creds.server.startswith("https"):
-            ssl_ctx = ssl.create_default_context(cafile=self.creds.ca_path)
-            if self.creds.cert_path:
-                ssl_ctx.load_cert_chain(self.creds.cert_path, self.creds.key_path)
-            if not self.creds.verify:
-                ssl_ctx.check_hostname = False
-                ssl_ctx.verify_mode = ssl.CERT_NONE
-        headers = {"User-Agent": self.user_agent}
-        if self.creds.token:
-            headers["Authorization"] = f"Bearer {self.creds.token}"
-        return aiohttp.ClientSession(base_url=self.creds.server.rstrip("/") + "/", headers=headers,
-                                     timeout=self.timeout, connector=aiohttp.TCPConnector(ssl=ssl_ctx, limit=limit))
+        return client_session(self.creds, limit=limit, base_url=self.creds.server, timeout=self.timeout,
+                              user_agent=self.user_agent)
 
     async def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = self._new_session(32)
+            self._session = self._new_session(REQUEST_CONNECTIONS)
         return self._session
 
     async def close(self) -> None:
