@@ -115,6 +115,8 @@ def test_secret_shaped_arguments_are_never_served() -> None:
     ("/usr/bin/python3 /app/leaky_service.py --db postgres://a:S3cr3t@h", "python3 /app/leaky_service.py --db \u2026"),
     ("python -m ray.util.client.server --redis-password S3cr3t", "python -m ray.util.client.server "
                                                                 "--redis-password \u2026"),
+    ("mysql -uroot -pS3cr3t -h db", "mysql -u\u2026 -p\u2026 -h \u2026"),  # a value joined to its flag
+    ("java -Dkey=S3cr3t -jar app.jar", "java -D\u2026 -j\u2026 \u2026"),
     ("ray::LeakyActor.handle", "ray::LeakyActor.handle"),  # what the forensics reads: kept
     ("S3cr3t=1 x", "\u2026"),
 ])

@@ -32,14 +32,18 @@ BUDGET_S = 5.0
 # -p X, curl -u user:X, "Authorization: Bearer X", ?X-Amz-Signature=X, ...).
 # An allow-list of argument shapes: the program's name, Ray's process titles
 # (ray::Actor.method: what the forensics reads), a script's or module's
-# name, and flags by name alone; every other argument, and every value
+# name, and flags by name alone (a one-letter flag by its letter); every
+# other argument, and every value
 # (after = or not), is one mark. Enough to tell processes apart and match
 # them across two artifacts (forensics --diff), nothing a secret can hide in.
 _PROGRAM = re.compile(r"^[\w.+-]{1,64}$")
 _TITLE = re.compile(r"^ray::[\w.:<>-]{1,120}$")
 _SCRIPT = re.compile(r"^[\w./-]{1,160}\.(?:py|sh)$")
 _MODULE = re.compile(r"^[A-Za-z_][\w.]{0,100}$")
-_FLAG = re.compile(r"^(--?[A-Za-z][\w-]{0,60})(=.*)?$")
+_FLAG = re.compile(r"^(--[A-Za-z][\w-]{0,60})(=.*)?$")
+# A one-letter flag: what follows it in the same argument is a value
+# (-pS3cr3t, -uroot: mysql, sshpass), served as one mark.
+_SHORT_FLAG = re.compile(r"^(-[A-Za-z])(.+)?$")
 _SUBCOMMAND = re.compile(r"^[a-z][a-z-]{1,30}$")  # "ray start": right after the program only
 HIDDEN = "\u2026"  # one mark for an argument or a value not served
 
@@ -58,6 +62,8 @@ def shape(argv: list[str]) -> str:
             out.append(a)
         elif (flag := _FLAG.match(a)) is not None:
             out.append(flag.group(1) + (f"={HIDDEN}" if flag.group(2) else ""))
+        elif (flag := _SHORT_FLAG.match(a)) is not None:
+            out.append(flag.group(1) + (HIDDEN if flag.group(2) else ""))
         elif not out or out[-1] != HIDDEN:
             out.append(HIDDEN)
         after_m = a == "-m"
