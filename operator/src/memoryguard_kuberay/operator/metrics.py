@@ -22,11 +22,6 @@ from memoryguard_kuberay.operator.status import AT_RISK, PodView, pod_status, te
 P = "memoryguard_"
 
 
-# Every label of the guards' counters and histograms, in the order each
-# declares its own (a series is removed by its values in that order).
-LABEL_ORDER = ("namespace", "guard", "reason", "outcome", "kind", "mode", "verdict")
-
-
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None, *, per_pod: bool = False) -> None:
         r = registry or CollectorRegistry()
@@ -135,23 +130,15 @@ class OperatorMetrics:
         """A deleted guard: every series of it, counters and histograms too
         (issue 44, 5: creating and deleting 1,000 guards grew /metrics from
         12 KB to 2.0 MB). Its gauges first (forget_guard), then each counter
-        or histogram series labelled with it, found by what the metric
-        collects (prometheus-client lists a metric's series no other way)."""
+        or histogram series labelled with it. By the series' labels alone:
+        found by what each metric collects, one deletion among 1,000 guards
+        took 0.3 s of the event loop (every guard's histogram buckets made
+        into samples), and a batch of deletions held it 2.3 s."""
         self.forget_guard(namespace, guard)
         for m in (self.rotations, self.evictions_refused, self.eviction_timeouts, self.remediations, self.reviews,
                   self.poll_errors, self.poll_seconds, self.decision_seconds, self.sample_to_decision,
                   self.cycle_seconds):
-            seen: set[tuple[str, ...]] = set()
-            for family in m.collect():
-                for sample in family.samples:
-                    labels = sample.labels
-                    if labels.get("namespace") == namespace and labels.get("guard") == guard:
-                        seen.add(tuple(labels[n] for n in LABEL_ORDER if n in labels))
-            for values in seen:
-                try:
-                    m.remove(*values)
-                except (KeyError, ValueError):
-                    pass
+            m.remove_by_labels({"namespace": namespace, "guard": guard})
 
     def degraded(self, namespace: str, guard: str, reason: str | None) -> None:
         """One series per guard: 1 with the Degraded reason, or 0 (reason "")."""
