@@ -1,14 +1,14 @@
-"""Whose token the operator runs with: the release's ServiceAccount, read
-from the token's claims, owns the Leases the operator creates, so they go
-with the release (shards.py, leader.py)."""
+"""The operator's credentials: how it reads a kubeconfig and the pod's
+service account (as the official client's loader does: a row against
+both), kopf's session made from them, and whose token it runs with (the
+release's ServiceAccount, read from the token's claims, owns the Leases the
+operator creates, so they go with the release: shards.py, leader.py)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -175,16 +175,6 @@ def test_no_kubeconfig_is_one_line_naming_the_file(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("KUBECONFIG", str(_yaml(tmp_path / "empty", {"kind": "Config"})))
     with pytest.raises(credentials.NoCredentials, match="current-context"):
         credentials.load_credentials()
-
-
-def test_the_operator_process_never_imports_the_official_client(tmp_path: Path) -> None:
-    # kopf imports its models when it can: 29 MiB of the operator's memory
-    # (issue 44, 3). A subprocess: this one has imported it already.
-    code = ("import sys\nfrom memoryguard_kuberay.operator.cli import main\nmain._without_official_client()\n"
-            "import kopf\nfrom memoryguard_kuberay.operator import handlers\n"
-            "print(sorted(m for m in sys.modules if m.startswith('kubernetes') and sys.modules[m] is not None))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip() == "[]", out.stdout
 
 
 async def test_kopfs_own_session_has_a_connection_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
