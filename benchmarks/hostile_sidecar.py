@@ -30,20 +30,22 @@ import http.server
 import json
 import os
 import signal
-import socket
 import socketserver
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 from memoryguard_kuberay.core import helptext
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from operator_scale import proc_cpu_rss
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from operator_scale import proc_cpu_rss  # noqa: E402
+
+from tests.procs import free_port, http_get  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 HOST = "127.0.0.61"  # the sidecar's; the hostile Ray endpoint on the next address
@@ -54,18 +56,10 @@ TARGETS = {"samples_share": 0.9, "health_max_s": 1.0}
 BATCH = 15  # attacker processes at once: with the sidecar, within the table's 20 rows
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """tests.procs.http_get, with no answer at all as 0 (the sidecar not up yet, or gone)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+        return http_get(url, timeout)
     except OSError:
         return 0, b""
 
