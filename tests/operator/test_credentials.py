@@ -175,6 +175,11 @@ def test_no_kubeconfig_is_one_line_naming_the_file(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("KUBECONFIG", str(_yaml(tmp_path / "empty", {"kind": "Config"})))
     with pytest.raises(credentials.NoCredentials, match="current-context"):
         credentials.load_credentials()
+    doc = _config({"server": "https://127.0.0.1:6443"}, {"token": "t"})
+    doc["clusters"] = []
+    monkeypatch.setenv("KUBECONFIG", str(_yaml(tmp_path / "no-cluster", doc)))
+    with pytest.raises(credentials.NoCredentials, match="cluster 'k' of context 'c' not found"):
+        credentials.load_credentials()
 
 
 async def test_kopfs_own_session_has_a_connection_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

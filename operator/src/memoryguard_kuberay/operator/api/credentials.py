@@ -106,6 +106,8 @@ def from_kubeconfig(merged: dict[str, Any]) -> Credentials:
     if not name or name not in merged["contexts"]:
         raise ValueError(f"current-context {name!r} not found in the kubeconfig")
     context, _ = merged["contexts"][name]
+    if context.get("cluster") not in merged["clusters"]:
+        raise ValueError(f"cluster {context.get('cluster')!r} of context {name!r} not found in the kubeconfig")
     cluster, cdir = merged["clusters"][context["cluster"]]
     user, udir = merged["users"].get(context.get("user"), ({}, cdir))
     if any(user.get(k) for k in PLUGIN_FIELDS):
