@@ -177,18 +177,19 @@ def slow_ray_row(kind: str | None, cgroup: str) -> dict[str, object]:
 
 def secret_shapes() -> list[list[str]]:
     """27 shapes of a secret in a command line (issue 44, 7), the secret of
-    shape ``i`` being ``S3cr3t-<i>``."""
+    shape ``i`` (at ``{s}``) being ``S3cr3t-<i>``."""
     shapes = [
-        "--password=S", "--password S", "--password:S", "--pass=S", "--passwd=S", "-p S", "-pS",
-        "--redis_password=S", "--redis-password S", "--token S", "--token=S", "--api-key=S", "--apikey S",
-        "--secret=S", "--client-secret S", "-u user:S", "-H Authorization: Bearer S",
-        "--header=Authorization:Bearer S", "https://h/x?X-Amz-Signature=S", "https://h/x?token=S&a=b",
-        "postgres://app:S@db:5432/x", "redis://:S@h:6379/0", "DB_PASSWORD=S", "AWS_SECRET_ACCESS_KEY=S",
-        "--aws-secret-access-key S", "--private-key=-----BEGIN S", "-e GITHUB_TOKEN=S",
+        "--password={s}", "--password {s}", "--password:{s}", "--pass={s}", "--passwd={s}", "-p {s}", "-p{s}",
+        "--redis_password={s}", "--redis-password {s}", "--token {s}", "--token={s}", "--api-key={s}",
+        "--apikey {s}",
+        "--secret={s}", "--client-secret {s}", "-u user:{s}", "-H Authorization: Bearer {s}",
+        "--header=Authorization:Bearer {s}", "https://h/x?X-Amz-Signature={s}", "https://h/x?token={s}&a=b",
+        "postgres://app:{s}@db:5432/x", "redis://:{s}@h:6379/0", "DB_PASSWORD={s}", "AWS_SECRET_ACCESS_KEY={s}",
+        "--aws-secret-access-key {s}", "--private-key=-----BEGIN {s}", "-e GITHUB_TOKEN={s}",
     ]
     out = []
     for i, shape in enumerate(shapes):
-        args = shape.replace("S", f"S3cr3t-{i:02d}").split()
+        args = shape.replace("{s}", f"S3cr3t-{i:02d}").split()
         # The program a Python that sleeps; its arguments the shape's.
         out.append(["python3", "-c", "import time; time.sleep(120)", "tool", *args])
     return out
