@@ -1,0 +1,121 @@
+"""Every test tier, in two pytest processes at once (``make test``, what CI
+runs).
+
+Run one after another, the tiers spend most of their time waiting: for an
+operator's next cycle, a kubelet's grace period, a guest kernel's boot. A
+fresh-clone CI took 72 minutes of wall time on this 2-core machine with the
+CPU busy 58% of one core. Two lanes keep both cores in use. The tiers that
+start real Ray (``ray``, ``realpods``) share a lane, so the two heaviest
+start-ups never meet; the rest is split so that the lanes take about as long
+(their times in the README's table).
+
+Lane B is everything lane A does not select, so a test of a tier added later
+still runs. Each lane writes to its own log; a line every minute says where
+each lane is, and the logs are printed whole at the end, one after the other.
+
+    python -m tests.lanes [PYTEST ARGS...]    # extra arguments go to both lanes
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+LANE_A_TIERS = ("e2e", "faults", "emulator", "ray", "realpods")
+LANE_A = " or ".join(LANE_A_TIERS)
+LANES = (("A", LANE_A), ("B", f"not ({LANE_A})"))
+PROGRESS_EVERY_S = 60.0
+_PERCENT = re.compile(rb"\[\s*(\d+)%\]")
+
+
+@dataclass
+class Lane:
+    name: str
+    marks: str
+    log: Path
+    proc: subprocess.Popen[bytes]
+    started: float
+    ended: float | None = None
+
+    def progress(self) -> str:
+        """The last ``[ NN%]`` pytest printed, or what the lane is doing."""
+        if self.ended is not None:
+            return f"done (rc {self.proc.returncode}) in {self.ended - self.started:.0f} s"
+        data = self.log.read_bytes()[-4096:]
+        found = _PERCENT.findall(data)
+        return f"{int(found[-1])}%" if found else "collecting"
+
+
+def _start(name: str, marks: str, logs: Path, extra: list[str]) -> Lane:
+    log = logs / f"lane-{name}.log"
+    # The cache plugin off: two processes writing .pytest_cache at once race.
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marks, *extra]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    return Lane(name, marks, log, proc, time.monotonic())
+
+
+def _stop(lanes: list[Lane]) -> None:
+    for lane in lanes:
+        if lane.proc.poll() is None:
+            os.killpg(lane.proc.pid, signal.SIGTERM)  # the lane's own session: its pytest and what it started
+    for lane in lanes:
+        try:
+            lane.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(lane.proc.pid, signal.SIGKILL)
+            lane.proc.wait()
+
+
+def run(extra: list[str]) -> int:
+    logs = Path(tempfile.mkdtemp(prefix="memoryguard-lanes-"))
+    lanes: list[Lane] = []
+
+    def terminated(*_: object) -> None:
+        _stop(lanes)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, terminated)
+    print(f"lanes: {len(LANES)} pytest processes; their logs in {logs}", flush=True)
+    for name, marks in LANES:
+        lanes.append(_start(name, marks, logs, extra))
+        print(f"lane {name}: -m {marks!r}", flush=True)
+    began = time.monotonic()
+    try:
+        next_line = began + PROGRESS_EVERY_S
+        while any(lane.ended is None for lane in lanes):
+            time.sleep(1.0)
+            for lane in lanes:
+                if lane.ended is None and lane.proc.poll() is not None:
+                    lane.ended = time.monotonic()
+            if time.monotonic() >= next_line:
+                next_line += PROGRESS_EVERY_S
+                states = " · ".join(f"lane {lane.name} {lane.progress()}" for lane in lanes)
+                print(f"[{(time.monotonic() - began) / 60:4.0f} min] {states}", flush=True)
+    except KeyboardInterrupt:
+        _stop(lanes)
+        return 130
+    for lane in lanes:
+        print(f"\n{'=' * 30} lane {lane.name}: -m {lane.marks!r} {'=' * 30}", flush=True)
+        sys.stdout.buffer.write(lane.log.read_bytes())
+        sys.stdout.flush()
+    print()
+    for lane in lanes:
+        print(f"lane {lane.name}: {lane.progress()}")
+    print(f"all lanes: {time.monotonic() - began:.0f} s wall")
+    # pytest's 5 is "no tests collected": a misconfigured lane in a full run,
+    # but a lane a filter (-k, a path) left empty when arguments were given.
+    passing = {0, 5} if extra else {0}
+    failed = [lane.proc.returncode for lane in lanes if lane.proc.returncode not in passing]
+    return (failed[0] if failed[0] > 0 else 1) if failed else 0  # a lane killed by a signal has a negative code
+
+
+if __name__ == "__main__":
+    sys.exit(run(sys.argv[1:]))
