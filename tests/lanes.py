@@ -32,7 +32,9 @@ LANE_A_TIERS = ("e2e", "faults", "emulator", "ray", "realpods")
 LANE_A = " or ".join(LANE_A_TIERS)
 LANES = (("A", LANE_A), ("B", f"not ({LANE_A})"))
 PROGRESS_EVERY_S = 60.0
-_PERCENT = re.compile(rb"\[\s*(\d+)%\]")
+# pytest -q's progress: a line of one letter a test (".", "F", "E", "s", "x",
+# "X"), 80 to a line, with the share done at the end of a full one.
+_OUTCOMES = re.compile(rb"^([.FEsxX]+)(?:\s+\[\s*\d+%\])?$", re.MULTILINE)
 
 
 @dataclass
@@ -45,12 +47,13 @@ class Lane:
     ended: float | None = None
 
     def progress(self) -> str:
-        """The last ``[ NN%]`` pytest printed, or what the lane is doing."""
+        """How many tests the lane has run and how many failed, from pytest's
+        progress letters."""
         if self.ended is not None:
             return f"done (rc {self.proc.returncode}) in {self.ended - self.started:.0f} s"
-        data = self.log.read_bytes()[-4096:]
-        found = _PERCENT.findall(data)
-        return f"{int(found[-1])}%" if found else "collecting"
+        letters = b"".join(_OUTCOMES.findall(self.log.read_bytes()))
+        failed = letters.count(b"F") + letters.count(b"E")
+        return f"{len(letters)} tests run" + (f", {failed} failed" if failed else "")
 
 
 def _start(name: str, marks: str, logs: Path, extra: list[str]) -> Lane:
