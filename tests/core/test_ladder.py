@@ -202,3 +202,91 @@ def test_a_short_settle_time_judges_what_came_after_the_step() -> None:
     judged = next(m.move.judged for m in rep.ladder if m.move.judged and m.t_s > asked.t_s)
     assert judged.effect is Effect.EFFECTIVE
     assert judged.freed_bytes >= 0.8 * asked.freed_bytes, (judged.freed_bytes, asked.freed_bytes)
+
+
+# -- the object store in the levels ------------------------------------------------------
+def _store_decision(store: float, eta: float | None = None, used: float = 0.4) -> Decision:
+    return Decision(Action.NONE, Reason.HEALTHY, "", Evidence(used_bytes=int(used * LIMIT), limit_bytes=LIMIT,
+                                                              store_fraction=store, store_projected_full_s=eta))
+
+
+@pytest.mark.parametrize("store,eta,spilling,held,level", [
+    (0.50, None, False, Level.NORMAL, Level.NORMAL),
+    (0.96, None, False, Level.NORMAL, Level.ELEVATED),  # full (objectStoreFullPercent, 95): reclaim
+    (0.93, None, False, Level.ELEVATED, Level.ELEVATED),  # held: left only 3 points below
+    (0.91, None, False, Level.ELEVATED, Level.NORMAL),
+    (0.99, None, True, Level.NORMAL, Level.NORMAL),  # Ray spills from it: a pipeline working as designed
+    (0.60, 5 * H, False, Level.NORMAL, Level.ELEVATED),  # projected full within reclaimHorizonSeconds
+    (0.70, 2 * H, False, Level.NORMAL, Level.HIGH),  # ... within shedHorizonSeconds: filling
+    (0.70, 2 * H, True, Level.NORMAL, Level.NORMAL),
+    (0.70, 3.5 * H, False, Level.HIGH, Level.HIGH),  # held: left a quarter beyond the horizon
+])
+def test_the_object_stores_level(store: float, eta: float | None, spilling: bool, held: Level,
+                                 level: Level) -> None:
+    assert level_of(_store_decision(store, eta), S, held, store_spilling=spilling) is level
+
+
+def test_memory_and_the_store_the_higher_level_counts() -> None:
+    assert level_of(_store_decision(0.96, used=0.92), S) is Level.HIGH
+    assert level_of(_store_decision(0.70, 2 * H, used=0.82), S) is Level.HIGH
+
+
+def _plasma_leak(points_per_h: float = 0.06, start_h: float = 4.0) -> list:
+    # Memory in use flat at 40%; the store fills from 20% once the leak
+    # starts, and Ray says nothing of spilling (an older Ray).
+    from tests.core.helpers import sample
+
+    step_s = 15.0
+    hours = start_h + 0.8 / points_per_h + 1
+    return [sample(i * step_s, 0.4, store=min(1.0, 0.2 + points_per_h * max(0.0, i * step_s / H - start_h)))
+            for i in range(int(hours * H / step_s) + 1)]
+
+
+def test_a_store_leak_is_asked_to_reclaim_before_the_policy_rotates_it_and_no_later() -> None:
+    samples = _plasma_leak()
+    with_ladder = replay("plasma", samples, S)
+    without = replay("plasma", samples, PolicySettings(ladder_enabled=False))
+    assert without.first_rotation_s is not None
+    assert with_ladder.first_rotation_s == without.first_rotation_s  # the ladder never delays the policy
+    asked = [m for m in with_ladder.ladder if m.move.started]
+    assert asked and asked[0].move.rung is Rung.RECLAIM and asked[0].t_s < without.first_rotation_s
+    assert "object store" in asked[0].move.message and asked[0].move.step.store_fraction is not None
+
+
+def test_objects_a_reclaim_frees_are_never_rotated() -> None:
+    # The references holding the objects were cyclic garbage (Ray's global
+    # GC frees them): the store empties, the step is judged by it.
+    rep = replay("plasma", _plasma_leak(), S, StepEffects(reclaim=1.0))
+    assert rep.first_rotation_s is None
+    judged = [m.move.judged for m in rep.ladder if m.move.judged]
+    assert judged[0].rung is Rung.RECLAIM and judged[0].effect is Effect.EFFECTIVE
+    assert judged[0].store_after is not None and re.search(r"object store \d+% -> \d+%", judged[0].message)
+    assert sum(m.store_freed_bytes for m in rep.ladder) > 0
+
+
+def test_a_memory_step_is_not_judged_by_a_store_that_moves_on_its_own() -> None:
+    from memoryguard_kuberay.core.policy.ladder import Step, judge_step
+    from tests.core.helpers import window_of
+
+    samples = series(lambda t: 0.85, hours=2)
+    now = samples[-1].time_s
+    w = window_of(samples)
+    used = int(0.85 * LIMIT)
+    after = _store_decision(0.30, used=0.85)  # the store fell from 90% to 30% meanwhile
+    memory_step = Step(Rung.RECLAIM, Level.ELEVATED, now - 600, used)
+    assert judge_step(memory_step, after, w, S, now).effect is Effect.NO_EFFECT
+    store_step = Step(Rung.RECLAIM, Level.ELEVATED, now - 600, used, store_fraction=0.90)
+    assert judge_step(store_step, after, w, S, now).effect is Effect.EFFECTIVE
+
+
+def test_the_pressure_file_keeps_the_stores_figure_and_reads_one_written_before_it() -> None:
+    from memoryguard_kuberay import pressure
+
+    p = pressure.Pressure("Elevated", "Reclaim", "2026-12-05T10:00:00.000000Z", None, 3 * 1024**3, None, None, "g",
+                          0.9612)
+    assert '"objectStoreFraction":0.9612' in p.to_json()
+    assert pressure.parse(p.to_json()) == p
+    old = pressure.Pressure("Elevated", "Reclaim", "2026-12-05T10:00:00.000000Z", None, 3 * 1024**3, None, None, "g")
+    assert "objectStore" not in old.to_json() and pressure.parse(old.to_json()) == old
+    forged = p.to_json().replace("0.9612", "1e300")
+    assert pressure.parse(forged).store_fraction is None

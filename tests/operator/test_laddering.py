@@ -184,3 +184,14 @@ def test_a_rotations_evidence_keeps_the_ladders_steps() -> None:
     assert ladder_record(track) == {"lastJudged": track.ladder_judged, "step": "Shed", "level": "High",
                                     "since": "1970-01-12T13:46:40.000000Z", "usedBytesAtStep": 3 * GIB,
                                     "effect": "NoEffect"}
+
+
+def test_a_step_asked_for_the_object_store_keeps_its_figure_on_the_pod() -> None:
+    # What the store was at when the step was asked is the baseline its
+    # effect is judged against: it survives the annotation, as the rest does.
+    from memoryguard_kuberay.core.policy.ladder import Level, Move, Rung, Step
+    from memoryguard_kuberay.operator.cycle import laddering
+
+    step = Step(Rung.RECLAIM, Level.ELEVATED, 1_764_900_000.0, 3 * GIB, 1e8, None, 0.9612)
+    written = laddering.asked_of("g", Move(Level.ELEVATED, Rung.RECLAIM, step, "", started=True), None)
+    assert laddering.step_from(pressure.parse(written.to_json())) == step

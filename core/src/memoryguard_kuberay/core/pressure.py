@@ -8,13 +8,16 @@ One JSON object, at most a few hundred bytes:
 
     {"guard": "my-guard", "level": "High", "step": "Shed", "since": "2026-12-05T10:00:00.000000Z",
      "projectedOOMSeconds": 5400, "usedBytes": 30064771072,
-     "creepBytesPerHour": 1073741824, "effect": null}
+     "creepBytesPerHour": 1073741824, "effect": null, "objectStoreFraction": 0.962}
 
 ``level``: Normal, Elevated, High, Critical; ``step``: None, Reclaim, Shed,
 Replace (what the workload is asked to do); ``since``: when the step was
 asked; ``projectedOOMSeconds``: the policy's projection when the level or
 the step last changed (null: no projection); ``effect``: the step's
-measured effect once judged (Effective, NoEffect).
+measured effect once judged (Effective, NoEffect); ``objectStoreFraction``:
+the object store's occupancy when the step was asked, where the store was
+one of its causes (absent otherwise, and in annotations written before it
+was added).
 
 The format only, purely computational: the operator writes it, and
 ``memoryguard_kuberay.pressure`` (the workload's helper: ``on_pressure``,
@@ -49,12 +52,16 @@ class Pressure:
     creep_bytes_per_h: float | None = None
     effect: str | None = None
     guard: str | None = None  # the MemoryGuard that asked (its finalizer takes the annotation back)
+    store_fraction: float | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"guard": self.guard, "level": self.level, "step": self.step, "since": self.since,
-                           "projectedOOMSeconds": _num(self.projected_oom_s), "usedBytes": self.used_bytes,
-                           "creepBytesPerHour": _num(self.creep_bytes_per_h), "effect": self.effect},
-                          separators=(",", ":"))
+        doc: dict[str, object] = {
+            "guard": self.guard, "level": self.level, "step": self.step, "since": self.since,
+            "projectedOOMSeconds": _num(self.projected_oom_s), "usedBytes": self.used_bytes,
+            "creepBytesPerHour": _num(self.creep_bytes_per_h), "effect": self.effect}
+        if self.store_fraction is not None and math.isfinite(self.store_fraction):
+            doc["objectStoreFraction"] = round(self.store_fraction, 4)
+        return json.dumps(doc, separators=(",", ":"))
 
 
 NORMAL = Pressure()
@@ -96,7 +103,9 @@ def parse(text: str | None) -> Pressure | None:
                     used_bytes=None if used is None else int(used),
                     creep_bytes_per_h=_finite(doc.get("creepBytesPerHour"), -2.0**62, 2.0**62),
                     effect=effect if effect in EFFECTS else None,
-                    guard=guard if isinstance(guard, str) and len(guard) <= 253 else None)
+                    guard=guard if isinstance(guard, str) and len(guard) <= 253 else None,
+                    # Ray's fallback allocation can take a store past its capacity: up to ten times is a figure.
+                    store_fraction=_finite(doc.get("objectStoreFraction"), 0, 10))
 
 
 __all__ = ["DEFAULT_PATH", "NORMAL", "Pressure", "parse"]

@@ -6,9 +6,10 @@ and ``memoryguard-kuberay bench``.
 
 A trace is what a pod did when nobody asked it anything, so what a reclaim
 or a shed would have freed is the caller's to say (``StepEffects``: a
-share of the memory in use the pod gained since its first sample). From the
-step on, every later sample reads that much less: the garbage or the cache
-is gone and the growth goes on from there, and the trace's later OOM kills
+share of the memory in use the pod gained since its first sample, and the
+same share of what its object store gained). From the step on, every later
+sample reads that much less: the garbage or the cache (and the objects its
+references held) is gone and the growth goes on from there, and the trace's later OOM kills
 are not counted (they were the kernel's answer to memory the steps freed;
 the pod, reading less, has not reached its limit when the trace does). With
 no effects said, a step
@@ -41,7 +42,9 @@ class TimedDecision:
 @dataclasses.dataclass(frozen=True)
 class StepEffects:
     """What each step of the ladder would free, as a share (0-1) of the
-    memory in use the pod gained since its first sample."""
+    memory in use the pod gained since its first sample, and of the object
+    store's bytes in use gained since then (a cache of ObjectRefs dropped
+    frees both)."""
 
     reclaim: float = 0.0
     shed: float = 0.0
@@ -60,6 +63,7 @@ class LadderMark:
     t_s: float
     move: Move
     freed_bytes: int = 0  # what the step was said to free (StepEffects), at its start
+    store_freed_bytes: int = 0  # ... of the object store
 
     def to_dict(self) -> dict[str, Any]:
         m = self.move
@@ -70,6 +74,8 @@ class LadderMark:
                              "freed_bytes": m.judged.freed_bytes}
         if self.freed_bytes:
             out["simulated_freed_bytes"] = self.freed_bytes
+        if self.store_freed_bytes:
+            out["simulated_store_freed_bytes"] = self.store_freed_bytes
         return out
 
 
@@ -95,17 +101,20 @@ class Replay:
         return out
 
 
-def _less(sample: Sample, freed: float, kills: int | None) -> Sample:
+def _less(sample: Sample, freed: float, kills: int | None, store_freed: float = 0.0) -> Sample:
     """The sample with ``freed`` bytes fewer in use (anon, and so
-    memory.current), its OOM-kill counter held at ``kills``."""
-    if freed <= 0:
-        return sample
-    changes: dict[str, Any] = {"oom_kill_count": kills if kills is not None else sample.oom_kill_count}
-    if sample.anon_bytes is not None:
-        changes["anon_bytes"] = max(0, int(sample.anon_bytes - freed))
-    if sample.memory_current_bytes is not None:
-        changes["memory_current_bytes"] = max(0, int(sample.memory_current_bytes - freed))
-    return dataclasses.replace(sample, **changes)
+    memory.current), its OOM-kill counter held at ``kills``, and
+    ``store_freed`` bytes fewer in its object store."""
+    changes: dict[str, Any] = {}
+    if freed > 0:
+        changes["oom_kill_count"] = kills if kills is not None else sample.oom_kill_count
+        if sample.anon_bytes is not None:
+            changes["anon_bytes"] = max(0, int(sample.anon_bytes - freed))
+        if sample.memory_current_bytes is not None:
+            changes["memory_current_bytes"] = max(0, int(sample.memory_current_bytes - freed))
+    if store_freed > 0 and sample.plasma_used_bytes is not None:
+        changes["plasma_used_bytes"] = max(0, int(sample.plasma_used_bytes - store_freed))
+    return dataclasses.replace(sample, **changes) if changes else sample
 
 
 def replay(name: str, samples: Sequence[Sample], settings: PolicySettings,
@@ -118,14 +127,18 @@ def replay(name: str, samples: Sequence[Sample], settings: PolicySettings,
     first_rotation: float | None = None
     step: Step | None = None
     freed = 0.0  # what the steps taken so far freed (StepEffects): every later sample reads that much less
+    store_freed = 0.0  # ... of the object store's bytes
     first_used: int | None = None
+    first_store: int | None = None
     kills: int | None = None  # the OOM-kill counter when a step first freed something
     n = 0
     for raw in samples:
         n += 1
-        sample = _less(raw, freed, kills)
+        sample = _less(raw, freed, kills, store_freed)
         if first_used is None:
             first_used = raw.unreclaimable_bytes
+        if first_store is None:
+            first_store = raw.plasma_used_bytes
         if not window.add(sample):
             continue
         now = sample.time_s
@@ -140,10 +153,13 @@ def replay(name: str, samples: Sequence[Sample], settings: PolicySettings,
             share = effects.share(move.rung) if move.started else 0.0
             gained = (raw.unreclaimable_bytes or 0) - (first_used or 0) - freed
             now_freed = int(max(0.0, gained) * share)
+            store_gained = (raw.plasma_used_bytes or 0) - (first_store or 0) - store_freed
+            now_store_freed = int(max(0.0, store_gained) * share)
             if now_freed and freed == 0:
                 kills = raw.oom_kill_count
             freed += now_freed
-            marks.append(LadderMark(now, move, now_freed))
+            store_freed += now_store_freed
+            marks.append(LadderMark(now, move, now_freed, now_store_freed))
         projections.append((now, decisions[0].evidence.projected_oom_s))
         for dec in decisions:
             if dec.action is Action.NONE:

@@ -5,12 +5,15 @@ needs less. So a pod climbs a ladder of answers, each cheaper than the next
 and each judged by its effect before the next is tried:
 
 - **Reclaim** (``Elevated``: memory in use at ``ladder.reclaimPercent`` of
-  the limit, or the projected OOM within ``ladder.reclaimHorizonSeconds``):
-  the workload is told to free what it can without disturbing work (Ray's
-  global GC, its own caches);
-- **Shed** (``High``: ``ladder.shedPercent``, ``ladder.shedHorizonSeconds``),
-  tried only once a reclaim did not move the pod: the workload is told to
-  take no new low-priority work;
+  the limit, or the projected OOM within ``ladder.reclaimHorizonSeconds``;
+  or the object store full, ``policy.objectStoreFullPercent``, or projected
+  full within that horizon): the workload is told to free what it can
+  without disturbing work (Ray's global GC, its own caches and the
+  ObjectRefs they hold);
+- **Shed** (``High``: ``ladder.shedPercent``, ``ladder.shedHorizonSeconds``;
+  or the store projected full within the shed horizon), tried only once a
+  reclaim did not move the pod: the workload is told to take no new
+  low-priority work;
 - **Replace**: the rotation. The policy's own rules ask for it as before
   (the ladder never delays one), and the ladder asks for it when a shed did
   not move a pod whose growth the policy projects to the limit within the
@@ -23,7 +26,13 @@ settle time after the step against the same time before it. Effective: at
 least ``ladder.minFreedPercent`` of the limit freed, or the creep at most
 halved by more than the policy's floor of growth. An effective step steps
 the pod back down; an ineffective one escalates where the level warrants
-it, else the step stays in effect, judged once.
+it, else the step stays in effect, judged once. A step asked while the store
+was pressed is also effective when it emptied the store by that share
+(freed objects leave the store's pages in the pod's shared memory, so memory
+in use alone would not show it). A store Ray spills from is no pressure: a
+pipeline filling it is working as designed (the policy's own store rules
+read it so). The store's last rung is the policy's: ``ObjectStoreFull`` and
+``ObjectStoreFilling`` rotate as before.
 
 Purely computational: no clock, no I/O. The operator and ``simulate`` call
 the same ``climb``; what a pod was asked is kept on the pod (its
@@ -89,6 +98,7 @@ class Step:
     used_bytes: int
     creep_bytes_per_h: float | None = None  # in the settle time before the step
     effect: Effect | None = None  # once judged: a step is judged once
+    store_fraction: float | None = None  # the store's occupancy, where it was pressed when the step was asked
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -102,6 +112,7 @@ class Judgement:
     creep_after_bytes_per_h: float | None
     after_s: float
     message: str
+    store_after: float | None = None  # the store's occupancy now, for a step asked while it was pressed
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -129,14 +140,28 @@ def _ceiling(decision: Decision) -> int | None:
 
 
 def level_of(decision: Decision, settings: PolicySettings, held: Level = Level.NORMAL,
-             used_bytes: int | None = None) -> Level:
+             used_bytes: int | None = None, store_spilling: bool = False) -> Level:
     """The pressure level of a pod, from the decision's evidence (memory in
     use: ``used_bytes`` where the caller has a steadier figure than the last
-    sample's). A level once held is left only below its threshold less the
-    hysteresis, and with the projection beyond its horizon by a quarter
-    (``held``)."""
+    sample's): the higher of memory's level and the object store's. A level
+    once held is left only below its threshold less the hysteresis, and with
+    the projection beyond its horizon by a quarter (``held``)."""
     if decision.action is Action.ROTATE or decision.reason in (Reason.ROTATION_DEFERRED, Reason.OOM_KILLED):
         return Level.CRITICAL
+    memory = _memory_level(decision, settings, held, used_bytes)
+    store = store_level(decision, settings, held, store_spilling)
+    return memory if memory.rank >= store.rank else store
+
+
+def _holding(held: Level, level: Level, settings: PolicySettings) -> tuple[float, float]:
+    """The slack on a threshold and the stretch of a horizon for ``level``:
+    none unless the pod holds it already."""
+    if held.rank >= level.rank:
+        return settings.hysteresis_fraction, HORIZON_HYSTERESIS
+    return 0.0, 1.0
+
+
+def _memory_level(decision: Decision, settings: PolicySettings, held: Level, used_bytes: int | None) -> Level:
     ev = decision.evidence
     ceiling = _ceiling(decision)
     used = used_bytes if used_bytes is not None else ev.used_bytes
@@ -144,15 +169,33 @@ def level_of(decision: Decision, settings: PolicySettings, held: Level = Level.N
     eta = ev.projected_oom_s
 
     def at(level: Level, fraction: float, horizon_s: float) -> bool:
-        holding = held.rank >= level.rank
-        slack = settings.hysteresis_fraction if holding else 0.0
-        stretch = HORIZON_HYSTERESIS if holding else 1.0
+        slack, stretch = _holding(held, level, settings)
         return ((frac is not None and frac >= fraction - slack)
                 or (eta is not None and eta <= horizon_s * stretch))
 
     if at(Level.HIGH, settings.shed_fraction, settings.shed_horizon_s):
         return Level.HIGH
     if at(Level.ELEVATED, settings.reclaim_fraction, settings.reclaim_horizon_s):
+        return Level.ELEVATED
+    return Level.NORMAL
+
+
+def store_level(decision: Decision, settings: PolicySettings, held: Level = Level.NORMAL,
+                spilling: bool = False) -> Level:
+    """The object store's own level: Elevated when it is full or projected
+    full within the reclaim horizon, High when projected full within the
+    shed horizon (filling, not sitting full: a full store that stopped
+    filling gets a reclaim, not a shed). Normal while Ray spills from it."""
+    ev = decision.evidence
+    if spilling or ev.store_fraction is None:
+        return Level.NORMAL
+    eta = ev.store_projected_full_s
+    _, stretch = _holding(held, Level.HIGH, settings)
+    if eta is not None and eta <= settings.shed_horizon_s * stretch:
+        return Level.HIGH
+    slack, stretch = _holding(held, Level.ELEVATED, settings)
+    if ev.store_fraction >= settings.store_full_fraction - slack or (
+            eta is not None and eta <= settings.reclaim_horizon_s * stretch):
         return Level.ELEVATED
     return Level.NORMAL
 
@@ -196,13 +239,21 @@ def judge_step(step: Step, decision: Decision, window: PodWindow, settings: Poli
     freed_enough = ceiling > 0 and freed >= settings.ladder_min_freed_fraction * ceiling
     slowed = (before is not None and after is not None and before > noise
               and after <= EFFECTIVE_CREEP_RATIO * before and before - after > noise)
-    effect = Effect.EFFECTIVE if freed_enough or slowed else Effect.NO_EFFECT
+    # Only for a step asked while the store was pressed: a pipeline's store
+    # moves by more than this on its own, and would pass any memory step.
+    store_after = ev.store_fraction if step.store_fraction is not None else None
+    store_emptied = (store_after is not None and step.store_fraction is not None
+                     and step.store_fraction - store_after >= settings.ladder_min_freed_fraction)
+    effect = Effect.EFFECTIVE if freed_enough or slowed or store_emptied else Effect.NO_EFFECT
     creep = (f"creep {fmt_rate(before) if before is not None else 'unknown'} -> "
              f"{fmt_rate(after) if after is not None else 'unknown'}")
+    store = (f", object store {step.store_fraction:.0%} -> {store_after:.0%}"
+             if step.store_fraction is not None and store_after is not None else "")
     word = "effective" if effect is Effect.EFFECTIVE else "no effect"
     message = (f"{step.rung.value.lower()} {fmt_duration(now_s - step.since_s)} ago: "
-               f"{'freed ' + fmt_bytes(freed) if freed >= 0 else 'grew ' + fmt_bytes(-freed)}, {creep}: {word}")
-    return Judgement(step.rung, effect, freed, before, after, now_s - step.since_s, message)
+               f"{'freed ' + fmt_bytes(freed) if freed >= 0 else 'grew ' + fmt_bytes(-freed)}, {creep}{store}: "
+               f"{word}")
+    return Judgement(step.rung, effect, freed, before, after, now_s - step.since_s, message, store_after)
 
 
 def _ask(rung: Rung, level: Level, decision: Decision, window: PodWindow, settings: PolicySettings,
@@ -212,7 +263,8 @@ def _ask(rung: Rung, level: Level, decision: Decision, window: PodWindow, settin
         return None
     # The creep before: over the rapid-growth rule's window of one-minute means.
     before = creep_between(window, now_s - settings.rapid_window_s, now_s + 1)
-    return Step(rung, level, now_s, used, before)
+    pressed = store_level(decision, settings, level, window.spilling(now_s)) is not Level.NORMAL
+    return Step(rung, level, now_s, used, before, store_fraction=decision.evidence.store_fraction if pressed else None)
 
 
 def _why(level: Level, decision: Decision) -> str:
@@ -223,6 +275,11 @@ def _why(level: Level, decision: Decision) -> str:
         parts.append(f"in use {ev.used_bytes / ceiling:.0%} of {fmt_bytes(ceiling)}")
     if ev.projected_oom_s is not None:
         parts.append(fmt_oom_in(ev.projected_oom_s))
+    if ev.store_fraction is not None:
+        store = f"object store {ev.store_fraction:.0%}"
+        if ev.store_projected_full_s is not None:
+            store += f", full in {fmt_duration(ev.store_projected_full_s)}"
+        parts.append(store)
     return f"pressure {level.value}" + (f" ({', '.join(parts)})" if parts else "")
 
 
@@ -233,7 +290,8 @@ def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, wi
     asked now (the group's budget), or None."""
     held = step.level if step is not None else Level.NORMAL
     level = level_of(decision, settings, held,
-                     used_near(window, now_s, decision.evidence.used_bytes, level_span_s(settings)))
+                     used_near(window, now_s, decision.evidence.used_bytes, level_span_s(settings)),
+                     window.spilling(now_s))
     if not settings.ladder_enabled:
         return Move(level, Rung.NONE, None, "the ladder is off for this guard: rotation alone", ended=step is not None)
     why = _why(level, decision)
@@ -272,7 +330,7 @@ def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, wi
         if step.rung is Rung.SHED and level is not Level.NORMAL:
             # Back down one rung: the workload takes work again and keeps reclaiming.
             back = Step(Rung.RECLAIM, level, now_s, step.used_bytes - judged.freed_bytes,
-                        judged.creep_after_bytes_per_h, Effect.EFFECTIVE)
+                        judged.creep_after_bytes_per_h, Effect.EFFECTIVE, judged.store_after)
             return Move(level, Rung.RECLAIM, back, f"{why}: {judged.message}; back to reclaim", judged=judged,
                         started=True)
         if level is Level.NORMAL:
@@ -285,7 +343,7 @@ def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, wi
                          f"{why}: {judged.message}; shed asked", judged, step, shed_waits)
     if step.rung is Rung.SHED and _still_heading_for_oom(decision, settings, judged):
         replace = Step(Rung.REPLACE, level, now_s, step.used_bytes - judged.freed_bytes,
-                       judged.creep_after_bytes_per_h, Effect.NO_EFFECT)
+                       judged.creep_after_bytes_per_h, Effect.NO_EFFECT, judged.store_after)
         return Move(level, Rung.REPLACE, replace,
                     f"{why}: {judged.message}; reclaim and shed did not move it: replace", judged=judged,
                     started=True)

@@ -47,7 +47,7 @@ def step_from(asked: pressure.Pressure | None) -> Step | None:
     if since is None or asked.used_bytes is None:
         return None
     return Step(Rung(asked.step), Level(asked.level), since, asked.used_bytes, asked.creep_bytes_per_h,
-                Effect(asked.effect) if asked.effect else None)
+                Effect(asked.effect) if asked.effect else None, asked.store_fraction)
 
 
 def asked_of(guard: str, move: Move, projected_oom_s: float | None) -> pressure.Pressure:
@@ -57,7 +57,8 @@ def asked_of(guard: str, move: Move, projected_oom_s: float | None) -> pressure.
         level=move.level.value, step=step.rung.value if step else Rung.NONE.value,
         since=micro_time(step.since_s) if step else None, projected_oom_s=projected_oom_s,
         used_bytes=step.used_bytes if step else None, creep_bytes_per_h=step.creep_bytes_per_h if step else None,
-        effect=step.effect.value if step and step.effect else None, guard=guard)
+        effect=step.effect.value if step and step.effect else None, guard=guard,
+        store_fraction=step.store_fraction if step else None)
 
 
 def said_key(asked: pressure.Pressure | None, dry_run: bool) -> tuple[object, ...]:
