@@ -290,3 +290,42 @@ def test_the_pressure_file_keeps_the_stores_figure_and_reads_one_written_before_
     assert "objectStore" not in old.to_json() and pressure.parse(old.to_json()) == old
     forged = p.to_json().replace("0.9612", "1e300")
     assert pressure.parse(forged).store_fraction is None
+
+
+def test_a_step_is_not_credited_with_what_the_pod_swings_on_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A true leak under a GC sawtooth of 6% of the limit every 20 minutes:
+    # nothing a step asks frees anything, but a judgement that falls after a
+    # collection reads "freed" more than minFreedPercent (2%). Judged against
+    # the swing before the step, no step is effective; without it, some are.
+    from memoryguard_kuberay.core.policy import ladder
+
+    def sawtooth_leak(t: float) -> float:
+        return 0.5 + 0.04 * max(0.0, t / H - 4.0) + 0.06 * ((t % 1200) / 1200)
+
+    samples = series(sawtooth_leak, hours=4 + 0.45 / 0.04 + 1)
+    judged = [m.move.judged for m in replay("sawtooth", samples, S).ladder if m.move.judged]
+    assert judged and all(j.effect is Effect.NO_EFFECT for j in judged), [j.message for j in judged]
+    monkeypatch.setattr(ladder, "swing_before", lambda *a: 0.0)
+    judged = [m.move.judged for m in replay("sawtooth", samples, S).ladder if m.move.judged]
+    assert any(j.effect is Effect.EFFECTIVE for j in judged), [j.message for j in judged]
+
+
+def test_the_minute_a_step_was_asked_in_is_not_its_before() -> None:
+    # Flat at 60% for two hours; a reclaim asked 5 s into a minute frees
+    # half at once, then the pod grows back fast. The minute the step was
+    # asked in holds mostly what came after it: read as "before", it made the
+    # pod's own swing look larger than what the step freed (the demo: a
+    # reclaim that freed 17.1 GiB judged no effect).
+    from memoryguard_kuberay.core.policy.ladder import Step, judge_step
+    from tests.core.helpers import sample, window_of
+
+    since = 2 * H + 5
+
+    def frac(t: float) -> float:
+        return 0.6 if t < since else 0.3 + 0.3 * (t - since) / 660
+
+    samples = [sample(i * 15.0, frac(i * 15.0)) for i in range(int((since + 600) / 15) + 1)]
+    w, now = window_of(samples), samples[-1].time_s
+    step = Step(Rung.RECLAIM, Level.ELEVATED, since, int(0.6 * LIMIT))
+    judged = judge_step(step, _decision(frac(now)), w, S, now)
+    assert judged.effect is Effect.EFFECTIVE, judged.message

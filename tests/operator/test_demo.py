@@ -1,7 +1,8 @@
 """The demo, headless (``memoryguard-kuberay demo --json``), as a user would run it:
 every leak caught before its OOM, no false rotation, every rotated worker
 replaced, no plain delete, one remediation judged effective and one judged
-of no effect and reverted, and no process left behind."""
+of no effect and reverted, the ladder's three cases, and no process left
+behind."""
 
 from __future__ import annotations
 
@@ -57,4 +58,11 @@ def test_demo_headless(tmp_path: Path) -> None:
     assert reviews["demo-cluster/serve/jemalloc"]["reverted"] == ""
     assert reviews["demo-cluster/train/jemalloc"]["verdict"] == "NoEffect", reviews
     assert reviews["demo-cluster/train/jemalloc"]["reverted"] == "reverted"
+    # The ladder's three cases (issue 41): garbage a reclaim frees and a cache
+    # dropped when told are brought back without a rotation; the true leak
+    # climbs the rungs and is rotated (counted above among the leaks caught).
+    ladder = {r["case"]: r for r in summary["ladder"].values()}
+    for saved in ("garbage", "cache"):
+        assert not ladder[saved]["rotated"] and ladder[saved]["effective"] >= 1, ladder
+    assert ladder["true leak"]["rotated"] and ladder["true leak"]["asked"] >= 2, ladder
     assert _left_behind(tag) == set()

@@ -54,11 +54,8 @@ def replay_figure(pairs: Sequence[tuple[Trace, Replay]]) -> tuple[Any, Any]:
         ax2.tick_params(labelsize=7)
         for td in rep.decisions:
             mark(ax, td.t_s / 3600, td.decision.action.value, td.decision.reason.value)
-        for rung, color in LADDER_MARKS.items():
-            asked = [m.t_s / 3600 for m in rep.ladder if m.move.started and m.move.rung.value == rung]
-            if asked:  # ticks along the foot of the panel: a pod may be asked a hundred times in a day
-                ax.scatter(asked, [0.02] * len(asked), transform=ax.get_xaxis_transform(), marker="^", s=14,
-                           color=color, label=f"{rung.lower()} asked", zorder=3)
+        ladder_ticks(ax, {rung: [m.t_s / 3600 for m in rep.ladder if m.move.started and m.move.rung.value == rung]
+                          for rung in LADDER_MARKS})
         for t in oom_kills(trace):
             mark(ax, t / 3600, "OOM kill", "kernel OOM kill")
         ax.set_title(trace.name, fontsize=9, loc="left")
@@ -76,6 +73,17 @@ def oom_kills(trace: Trace) -> list[float]:
                 out.append(s.time_s)
             last = s.oom_kill_count
     return out
+
+
+def ladder_ticks(ax: Any, asked: dict[str, list[float]]) -> None:
+    """The ladder's steps asked (rung -> times), as ticks along the foot of
+    the panel in each rung's colour: a pod may be asked a hundred times in a
+    day, where lines would hide the curve."""
+    for rung, color in LADDER_MARKS.items():
+        ts = asked.get(rung) or []
+        if ts:
+            ax.scatter(ts, [0.02] * len(ts), transform=ax.get_xaxis_transform(), marker="^", s=14,
+                       color=color, label=f"{rung.lower()} asked", zorder=3)
 
 
 def mark(ax: Any, t: float, kind: str, text: str) -> None:

@@ -139,7 +139,9 @@ POLICY_FIELDS: tuple[Field, ...] = (
           "the creep before.",
           unit="s", minimum=30, maximum=86400, attr="ladder_settle_s"),
     Field("ladder.minFreedPercent", Kind.NUMBER, 2,
-          "A step that freed this share of the limit (or halved the creep) was effective.",
+          "A step that freed this share of the limit, and more than the pod swung on its own before it, was "
+          "effective (as was one that halved the creep, or one asked for the object store that emptied this "
+          "share of it).",
           unit="percent", minimum=0.1, maximum=100, attr="ladder_min_freed_fraction", percent=True),
     # The guard's scope and mode (spec's top level).
     Field("includeHead", Kind.BOOL, False,

@@ -101,6 +101,41 @@ class Replay:
         return out
 
 
+@dataclasses.dataclass
+class Freeing:
+    """What the steps asked of one pod so far freed (``StepEffects``), and
+    the sample each later one reads instead of the trace's. One a replay:
+    ``simulate``'s, and a replaying sidecar's (the demo's pods that answer
+    the ladder)."""
+
+    freed: float = 0.0  # memory in use, bytes
+    store_freed: float = 0.0  # the object store's bytes
+    first_used: int | None = None
+    first_store: int | None = None
+    kills: int | None = None  # the OOM-kill counter when a step first freed something
+
+    def read(self, raw: Sample) -> Sample:
+        """The trace's sample as the pod reads after the steps so far."""
+        if self.first_used is None:
+            self.first_used = raw.unreclaimable_bytes
+        if self.first_store is None:
+            self.first_store = raw.plasma_used_bytes
+        return _less(raw, self.freed, self.kills, self.store_freed)
+
+    def free(self, raw: Sample, share: float) -> tuple[int, int]:
+        """A step asked at ``raw`` that frees ``share`` of what the pod
+        gained since its first sample (memory and store alike): the bytes
+        it freed of each."""
+        gained = (raw.unreclaimable_bytes or 0) - (self.first_used or 0) - self.freed
+        store_gained = (raw.plasma_used_bytes or 0) - (self.first_store or 0) - self.store_freed
+        now_freed, now_store_freed = int(max(0.0, gained) * share), int(max(0.0, store_gained) * share)
+        if now_freed and self.freed == 0:
+            self.kills = raw.oom_kill_count
+        self.freed += now_freed
+        self.store_freed += now_store_freed
+        return now_freed, now_store_freed
+
+
 def _less(sample: Sample, freed: float, kills: int | None, store_freed: float = 0.0) -> Sample:
     """The sample with ``freed`` bytes fewer in use (anon, and so
     memory.current), its OOM-kill counter held at ``kills``, and
@@ -126,19 +161,11 @@ def replay(name: str, samples: Sequence[Sample], settings: PolicySettings,
     projections: list[tuple[float, float | None]] = []
     first_rotation: float | None = None
     step: Step | None = None
-    freed = 0.0  # what the steps taken so far freed (StepEffects): every later sample reads that much less
-    store_freed = 0.0  # ... of the object store's bytes
-    first_used: int | None = None
-    first_store: int | None = None
-    kills: int | None = None  # the OOM-kill counter when a step first freed something
+    freeing = Freeing()  # every sample after a step reads what it freed less
     n = 0
     for raw in samples:
         n += 1
-        sample = _less(raw, freed, kills, store_freed)
-        if first_used is None:
-            first_used = raw.unreclaimable_bytes
-        if first_store is None:
-            first_store = raw.plasma_used_bytes
+        sample = freeing.read(raw)
         if not window.add(sample):
             continue
         now = sample.time_s
@@ -151,15 +178,7 @@ def replay(name: str, samples: Sequence[Sample], settings: PolicySettings,
                                history=dataclasses.replace(history, ladder_replace=True), now_s=now)
         if move.started or move.judged is not None or move.ended:
             share = effects.share(move.rung) if move.started else 0.0
-            gained = (raw.unreclaimable_bytes or 0) - (first_used or 0) - freed
-            now_freed = int(max(0.0, gained) * share)
-            store_gained = (raw.plasma_used_bytes or 0) - (first_store or 0) - store_freed
-            now_store_freed = int(max(0.0, store_gained) * share)
-            if now_freed and freed == 0:
-                kills = raw.oom_kill_count
-            freed += now_freed
-            store_freed += now_store_freed
-            marks.append(LadderMark(now, move, now_freed, now_store_freed))
+            marks.append(LadderMark(now, move, *freeing.free(raw, share)))
         projections.append((now, decisions[0].evidence.projected_oom_s))
         for dec in decisions:
             if dec.action is Action.NONE:

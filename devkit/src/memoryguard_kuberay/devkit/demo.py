@@ -5,6 +5,13 @@ Real: the operator process, one sidecar process per pod (replaying recorded
 behaviour at its own loopback address), the policy. Emulated: the Kubernetes
 API server and KubeRay (the devkit's ``emulator`` package), which the screen says. The clock
 runs ``--speed`` times faster for everyone.
+
+The ``ladder`` group shows the graded response (issue 41): three workers
+replay the same leak, told apart by what answering the ladder frees (the
+replay frees it as ``simulate --step-effects`` says, read from the pod's
+pressure file as the kubelet shows it): garbage Ray's global GC frees whole
+on a reclaim, a cache the workload drops on a reclaim (most of it), and a
+true leak nothing frees, which climbs every rung and is replaced.
 """
 
 from __future__ import annotations
@@ -12,12 +19,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import io
 import json
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +34,12 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from memoryguard_kuberay.core import commands, heatmap, helptext, specfields
+from memoryguard_kuberay.core import answer, commands, heatmap, helptext, specfields
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.core.plot import LIMIT_LABEL, mark, save_grid
+from memoryguard_kuberay.core.plot import LADDER_MARKS, LIMIT_LABEL, ladder_ticks, mark, save_grid
+from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.core.simulate import NO_EFFECTS, StepEffects
 from memoryguard_kuberay.core.traces import read_labels, read_trace
 from memoryguard_kuberay.operator.cli import topview
 from memoryguard_kuberay.operator.forensics import cli as forensics_cli
@@ -47,7 +58,16 @@ CAST = {
     "serve": ["fragmentation_flattens", "leak_steady", "leak_steady"],
     "train": ["fragmentation_flattens", "leak_steady", "leak_steady"],
     "batch": ["plasma_never_released", "healthy_gc_sawtooth", "healthy_batch_spikes"],
+    "ladder": ["leak_steady", "leak_steady", "leak_steady"],
 }
+# The ladder group's cases, worker n the n-th (mod 3), and what a step frees
+# of what the worker gained since its start.
+LADDER_CASES = {
+    "garbage": StepEffects(reclaim=1.0),  # cycles holding ObjectRefs: Ray's global GC frees them
+    "cache": StepEffects(reclaim=0.7),  # a cache the actor drops when told (the rest is its working data)
+    "true leak": NO_EFFECTS,  # references kept alive: nothing short of a restart frees them
+}
+SAVED_BY_THE_LADDER = ("garbage", "cache")
 HEALTHY = "healthy_gc_sawtooth"
 GIB = 1024**3
 MAX_STORY_S = 30 * 3600.0  # however the reviews go, the story ends here
@@ -98,6 +118,8 @@ class Demo:
         self.log: list[str] = []
         self.seen_events: set[str] = set()
         self.evidence = ""  # the latest forensics artifact, printed readably
+        self.cases: dict[str, str] = {}  # a ladder worker's pod name -> its case
+        self.served: dict[str, dict[float, Sample]] = {}  # a ladder worker -> the samples its sidecar served
 
     def trace_for(self, pod: dict[str, Any]) -> Path:
         name, labels = pod["metadata"]["name"], pod["metadata"]["labels"]
@@ -109,8 +131,16 @@ class Demo:
             self.groups[name] = group
             cast = CAST[group]
             trace = cast[n % len(cast)] if n < self.args.workers else replacement(group, pod)
+            if group == "ladder" and n < self.args.workers:
+                self.cases[name] = list(LADDER_CASES)[n % len(LADDER_CASES)]
         self.assigned[name] = trace
         return commands.examples_dir() / f"{trace}.csv"
+
+    def effects_for(self, pod: dict[str, Any]) -> StepEffects:
+        """What answering the ladder frees in this pod (``trace_for`` has
+        cast it already)."""
+        case = self.cases.get(pod["metadata"]["name"])
+        return LADDER_CASES[case] if case else NO_EFFECTS
 
     def story_length(self) -> float:
         """Trace seconds after which the initial workers' fates are known."""
@@ -169,6 +199,7 @@ class Demo:
         least = self.story_length()
         with tempfile.TemporaryDirectory(prefix="memoryguard-demo-") as tmp:
             async with world(Path(tmp), self.trace_for, speed=a.speed) as w:
+                w.effects_for = self.effects_for
                 w.api.put("rayclusters", cluster(a.workers))
                 w.api.put("memoryguards", guard())
                 await w.start_operator()
@@ -179,6 +210,7 @@ class Demo:
                         self.refuse_pods_that_cannot_serve(w)
                         self.collect_events(w)
                         self.record_risk(w)
+                        await self.record_served(w)
                         if live is not None:
                             live.update(self.screen(w, least), refresh=True)
                         await asyncio.sleep(0.5)
@@ -200,6 +232,23 @@ class Demo:
         t = w.clock() - w.epoch
         for row, eta in topview.group_risk([g] if g else []).items():
             self.risk.setdefault(row.split(" ", 1)[-1], []).append((t, eta))
+
+    async def record_served(self, w: World) -> None:
+        """What the ladder workers' sidecars serve (less what the steps
+        freed), for the plot: the trace alone would show the leak they no
+        longer have."""
+        for name in self.cases:
+            sc = w.sidecars.get(name)
+            if sc is None or sc.exited():
+                continue
+            seen = self.served.setdefault(name, {})
+            since = max(seen) if seen else 0.0
+            try:
+                body = await asyncio.to_thread(_get, f"{sc.url}{C.PATH_SAMPLES}?since={since}")
+            except OSError:
+                continue  # evicted meanwhile, or busy: the next loop asks again
+            for s in answer.read(body, max_body=64 << 20, max_samples=None).samples:
+                seen[s.time_s] = s
 
     @staticmethod
     def refuse_pods_that_cannot_serve(w: World) -> None:
@@ -234,7 +283,7 @@ class Demo:
         leaks, caught, false_rotations, leads = 0, 0, 0, []
         for pod, trace in self.assigned.items():
             lab, sc = self.labels[trace], w.sidecars.get(pod)
-            if sc is None or "-head-" in pod:
+            if sc is None or "-head-" in pod or self.cases.get(pod) in SAVED_BY_THE_LADDER:
                 continue
             end = lab.get("oom_at_s") if lab["kind"] == "leak" else lab.get("plasma_full_at_s")
             at = evicted.get(pod)
@@ -257,7 +306,25 @@ class Demo:
                 "remediations": len(w.events("RemediationApplied")), "duration_s": round(duration, 1),
                 "replaced": len(w.events("WorkerRotated")), "min_lead_h": round(min(leads) / 3600, 2) if leads
                 else None, "plain_deletes": len([d for d in w.api.deletes if d[0] == "pods"]),
-                "simulated_h": round((now - w.epoch) / 3600, 1), "reviews": reviews}
+                "simulated_h": round((now - w.epoch) / 3600, 1), "reviews": reviews,
+                "ladder": self.ladder_summary(w, evicted)}
+
+    def ladder_summary(self, w: World, evicted: dict[str, float]) -> dict[str, Any]:
+        """Each ladder worker: its case, the steps asked of it and judged
+        effective, and whether it was rotated (the garbage and the cache
+        must not be; the true leak must be, before its OOM)."""
+        out = {}
+        for pod, case in self.cases.items():
+            events = [e for e in w.events(kind="Pod") if e["involvedObject"].get("name") == pod]
+            asked = [e["message"] for e in events if e["reason"] == "PressureStepAsked"]
+            judged = [e["message"] for e in events if e["reason"] == "PressureStepJudged"]
+            served = self.served.get(pod, {})
+            out[pod] = {"case": case, "asked": len(asked), "judged": len(judged),
+                        "effective": sum(": effective" in m for m in judged), "rotated": pod in evicted,
+                        "peak_in_use_percent": max((round(100 * s.unreclaimable_bytes / s.memory_max_bytes)
+                                                    for s in served.values()
+                                                    if s.unreclaimable_bytes and s.memory_max_bytes), default=None)}
+        return out
 
     def plot(self, w: World, out: str) -> None:
         import matplotlib
@@ -278,10 +345,21 @@ class Demo:
             sc = w.sidecars.get(name)
             if sc is None:
                 continue
-            trace = read_trace(commands.examples_dir() / f"{self.assigned[name]}.csv")
             offset = sc.start_clock - w.epoch
             end = (w.clock(evicted[name]) if name in evicted else w.clock()) - sc.start_clock
-            rows = [s for s in trace.samples if s.time_s <= end]
+            if name in self.served:  # a ladder worker: what it served, the steps' freeing included
+                rows = [dataclasses.replace(s, time_s=s.time_s - sc.start_clock)
+                        for _, s in sorted(self.served[name].items())]
+                asked: dict[str, list[float]] = {}
+                for e in w.events(kind="Pod"):
+                    if e["involvedObject"].get("name") == name and e["reason"] == "PressureStepAsked":
+                        rung = next((r for r in LADDER_MARKS if f" to {r.lower()}:" in e["message"]), None)
+                        if rung:
+                            asked.setdefault(rung, []).append((w.clock(_wall(e["firstTimestamp"])) - w.epoch) / 3600)
+                ladder_ticks(ax, asked)
+            else:
+                trace = read_trace(commands.examples_dir() / f"{self.assigned[name]}.csv")
+                rows = [s for s in trace.samples if s.time_s <= end]
             ts = [(offset + s.time_s) / 3600 for s in rows]
             ax.plot(ts, [(s.working_set_bytes or 0) / GIB for s in rows], lw=0.8, label="working set")
             ax.plot(ts, [(s.memory_max_bytes or 0) / GIB for s in rows], "k--", lw=0.8, label=LIMIT_LABEL)
@@ -296,10 +374,16 @@ class Demo:
             for t, what in reverted:
                 if f"group {group} " in what + " ":
                     mark(ax, t, "revert", what)
-            ax.set_title(f"{name}: {self.assigned[name]}", fontsize=8, loc="left")
+            case = f" ({self.cases[name]}: the ladder's case)" if name in self.cases else ""
+            ax.set_title(f"{name}: {self.assigned[name]}{case}", fontsize=8, loc="left")
             ax.set_ylabel("GiB", fontsize=7)
             ax.tick_params(labelsize=7)
         save_grid(fig, axes, out, xlabel="hours (simulated)", dpi=80)
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=2) as r:
+        return bytes(r.read())
 
 
 def _wall(iso: str) -> float:
@@ -325,7 +409,10 @@ def guard() -> dict[str, Any]:
         "clusterSelector": {"names": ["demo-cluster"]},
         "sampling": {"intervalSeconds": 300, "sidecarPort": SIDECAR_PORT, "timeoutSeconds": 2},
         "policy": {"staleAfterSeconds": 1800},
-        "rotation": {"maxUnavailable": 1, "cooldownSeconds": 600, "replacementTimeoutSeconds": 3600},
+        # Five workers of four groups reach their limit within the same hour:
+        # the default cap (4 an hour) held the fifth until after its OOM.
+        "rotation": {"maxUnavailable": 1, "cooldownSeconds": 600, "replacementTimeoutSeconds": 3600,
+                     "maxPerHour": 6},
         # Judged two hours after it is applied, on two pods of its template;
         # undone if it changed nothing.
         "remediation": {"jemalloc": {"mode": "auto"}, "spilling": {"mode": "auto"},
@@ -344,9 +431,11 @@ def main(argv: list[str]) -> int:
         print(f"demo failed: {e}", file=sys.stderr)
         return 1
     missed = summary["leaks"] - summary["caught"]
+    # A worker the ladder should have saved and rotated all the same.
+    unsaved = [pod for pod, r in summary["ladder"].items() if r["case"] in SAVED_BY_THE_LADDER and r["rotated"]]
     if args.json:
         print(json.dumps(summary))
-        return 1 if missed else 0
+        return 1 if missed or unsaved else 0
     print("\n".join(demo.log))
     print(f"\nsummary: {summary['workers']} workers ({summary['pods']} worker pods with their replacements) in "
           f"{summary['simulated_h']} h, {summary['leaks']} leaking: "
@@ -361,6 +450,10 @@ def main(argv: list[str]) -> int:
         print(f"heat map: {args.heatmap}")
     for key, r in summary["reviews"].items():
         print(f"review of {key}: {r['verdict']}: {r['message']}{'; ' + r['reverted'] if r['reverted'] else ''}")
+    for pod, r in summary["ladder"].items():
+        peak = "-" if r["peak_in_use_percent"] is None else f"{r['peak_in_use_percent']}%"
+        print(f"ladder, {r['case']} ({pod}): {r['asked']} step(s) asked, {r['effective']} of {r['judged']} judged "
+              f"effective, peak in use {peak} of the limit, {'rotated' if r['rotated'] else 'not rotated'}")
     if demo.evidence:
         print("\nthe evidence kept before the latest rotation (memoryguard-kuberay forensics POD):")
         print(demo.evidence, end="")
@@ -369,5 +462,7 @@ def main(argv: list[str]) -> int:
     if missed:
         print(f"demo failed: {missed} of {summary['leaks']} leaking worker(s) were not caught before their OOM",
               file=sys.stderr)
-        return 1
-    return 0
+    if unsaved:
+        print(f"demo failed: the ladder's steps freed what {', '.join(unsaved)} gained, and it was rotated all the "
+              "same", file=sys.stderr)
+    return 1 if missed or unsaved else 0

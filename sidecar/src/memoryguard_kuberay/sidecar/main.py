@@ -17,11 +17,13 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from memoryguard_kuberay.core import answer, helptext
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.simulate import StepEffects
 from memoryguard_kuberay.core.traces import TraceError, read_trace
 from memoryguard_kuberay.sidecar import metrics as sidecar_metrics
 from memoryguard_kuberay.sidecar.objectstore import RayMetricsScraper, StoreReading, shm_charged_bytes
@@ -41,6 +43,16 @@ PROCESSES_REUSE_S = 10.0
 
 def _env(name: str, default: Any) -> Any:
     return os.environ.get(C.sidecar_env(name), default)
+
+
+def _share(text: str) -> float:
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a share from 0 to 1, got {text!r}")
+    return share
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -76,6 +88,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="replay: unix time at which the accelerated clock equals the wall clock (default: now)")
     p.add_argument("--start", type=float, default=_env("start", None),
                    help="replay: time on that clock at which the trace begins (default: the clock's now)")
+    p.add_argument("--replay-pressure-file", default=_env("replay_pressure_file", None), metavar="PATH",
+                   help="replay: the pod's pressure file (what the ladder asks, as the kubelet shows it); a step "
+                        "read there frees its share below")
+    p.add_argument("--replay-reclaim", type=_share, default=_env("replay_reclaim", "0"), metavar="SHARE",
+                   help="replay: the share (0-1) of what the pod gained since its start a Reclaim frees "
+                        "(simulate --step-effects' reclaim; default 0)")
+    p.add_argument("--replay-shed", type=_share, default=_env("replay_shed", "0"), metavar="SHARE",
+                   help="replay: likewise for a Shed (default 0)")
     p.add_argument("--pod-uid", default=_env("pod_uid", ""),
                    help="this pod's uid (downward API), sent with the samples so the operator can tell an "
                         "answer from a pod that took over the IP")
@@ -113,7 +133,10 @@ class Sidecar(Routes, sidecar_metrics.StateView):
         if args.replay:
             trace = read_trace(args.replay)
             epoch = float(args.epoch) if args.epoch is not None else time.time()
-            self.feed = ReplayFeed(trace.samples, speed=args.speed, epoch_s=epoch)
+            self.feed = ReplayFeed(trace.samples, speed=args.speed, epoch_s=epoch,
+                                   effects=StepEffects(reclaim=args.replay_reclaim, shed=args.replay_shed),
+                                   pressure_file=Path(args.replay_pressure_file) if args.replay_pressure_file
+                                   else None)
             # Default: the trace begins now, on the shared clock.
             self.feed.start_s = float(args.start) if args.start is not None else self.feed.clock(time.time())
 

@@ -227,6 +227,17 @@ def used_near(window: PodWindow, now_s: float, fallback: int | None, span_s: flo
     return int(median(means)) if means else fallback
 
 
+def swing_before(window: PodWindow, since_s: float, span_s: float) -> float:
+    """How far the pod's one-minute means ranged in the ``span_s`` before a
+    step (0 where the window no longer holds them: a restarted operator).
+    Only minutes that ended by the step count: the minute it was asked in
+    holds what it freed (in the demo that minute alone read as a swing of
+    17.7 GiB, and a reclaim that freed 17.1 GiB as no effect)."""
+    width = window.rapid.bucket_s
+    means = [b.mean for b in window.rapid.buckets if since_s - span_s <= b.start_s and b.start_s + width <= since_s]
+    return max(means) - min(means) if len(means) >= 2 else 0.0
+
+
 def judge_step(step: Step, decision: Decision, window: PodWindow, settings: PolicySettings,
                now_s: float) -> Judgement:
     ev = decision.evidence
@@ -236,7 +247,12 @@ def judge_step(step: Step, decision: Decision, window: PodWindow, settings: Poli
     before = step.creep_bytes_per_h
     ceiling = _ceiling(decision) or 0
     noise = settings.min_growth_fraction_per_h * ceiling
-    freed_enough = ceiling > 0 and freed >= settings.ladder_min_freed_fraction * ceiling
+    # Freed: more than minFreedPercent, and more than the pod swung on its
+    # own before the step (a GC sawtooth of 2 GiB read a true leak's reclaim
+    # as "freed 1.3 GiB: effective" in the demo).
+    needed = max(settings.ladder_min_freed_fraction * ceiling, swing_before(window, step.since_s,
+                                                                             settings.ladder_settle_s))
+    freed_enough = ceiling > 0 and freed >= needed
     slowed = (before is not None and after is not None and before > noise
               and after <= EFFECTIVE_CREEP_RATIO * before and before - after > noise)
     # Only for a step asked while the store was pressed: a pipeline's store

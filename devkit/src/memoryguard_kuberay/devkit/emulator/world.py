@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from memoryguard_kuberay.core import constants as C
+from memoryguard_kuberay.core.simulate import NO_EFFECTS, StepEffects
 
 from .api import EmulatedApi
 from .kuberay import KubeRayStandIn
@@ -103,6 +104,10 @@ class World:
     proxied: bool = False  # a SidecarProxy (fault injection) in front of each sidecar
     proxies: dict[str, SidecarProxy] = dataclasses.field(default_factory=dict)  # pod name -> proxy
     notes: dict[str, Any] = dataclasses.field(default_factory=dict)  # figures a scenario measured itself
+    # pod -> what its workload frees when the ladder asks (its replay reads the
+    # pod's pressure file, which show_pressure keeps as the kubelet would).
+    effects_for: Callable[[dict[str, Any]], StepEffects] = lambda pod: NO_EFFECTS
+    pressure_files: dict[str, Path] = dataclasses.field(default_factory=dict)  # pod name -> its pressure file
 
     def clock(self, wall: float | None = None) -> float:
         return self.epoch + ((time.time() if wall is None else wall) - self.epoch) * self.speed
@@ -116,12 +121,18 @@ class World:
         start = self.clock() - lived
         port = SIDECAR_PORT + 1 if self.proxied else SIDECAR_PORT
         log = open(self.workdir / f"sidecar-{name}.log", "wb")  # noqa: SIM115
+        effects = self.effects_for(pod)
+        answering: list[str] = []
+        if effects != NO_EFFECTS:
+            self.pressure_files[name] = self.workdir / f"pressure-{name}"
+            answering = ["--replay-pressure-file", str(self.pressure_files[name]),
+                         "--replay-reclaim", str(effects.reclaim), "--replay-shed", str(effects.shed)]
         proc = await asyncio.create_subprocess_exec(
             str(BIN / "memoryguard-kuberay"), "sidecar", "--listen", f"{ip}:{port}", "--replay", str(trace),
             "--speed", str(self.speed), "--epoch", str(self.epoch), "--start", str(start),
             "--interval", "1", "--window", "21600", "--pod-uid", pod["metadata"]["uid"], "--pod-name", name,
             # A pod of its own: its evidence lists its session's processes, never this machine's others.
-            "--process-scope", "session", stdout=log, stderr=log, start_new_session=True)
+            "--process-scope", "session", *answering, stdout=log, stderr=log, start_new_session=True)
         sc = SidecarProcess(proc, f"http://{ip}:{port}", start, Path(trace))
         self.sidecars[name] = sc
         if self.proxied:
@@ -129,6 +140,20 @@ class World:
             await proxy.start()
             self.proxies[name] = proxy
         return sc
+
+    def show_pressure(self, plural: str, event: str, obj: dict[str, Any]) -> None:
+        """The kubelet's part: a pod's ``memoryguard.io/pressure`` annotation
+        as the file its containers read (the downward API volume). The real
+        kubelet refreshes it within about a minute; here it is written at
+        once, a minute being hours of the accelerated clock."""
+        name = obj["metadata"]["name"]
+        path = self.pressure_files.get(name)
+        if plural != "pods" or path is None or event not in ("ADDED", "MODIFIED"):
+            return
+        value = (obj["metadata"].get("annotations") or {}).get(C.ANN_PRESSURE, "")
+        part = path.with_suffix(".part")
+        part.write_text(value, encoding="utf-8")
+        os.replace(part, path)  # whole, as the kubelet's atomic writer swaps it
 
     async def start_operator(self, *, extra_env: dict[str, str] | None = None,
                              shards: int = 0) -> asyncio.subprocess.Process:
@@ -210,6 +235,7 @@ async def world(workdir: Path, trace_for: Callable[[dict[str, Any]], Any], *, sp
         w = World(api=api, server_url=url, kubeconfig=kubeconfig, kuberay=None, speed=speed,  # type: ignore[arg-type]
                   epoch=time.time(), workdir=workdir, trace_for=trace_for, proxied=proxied)
         w.kuberay = KubeRayStandIn(api, w.start_pod, replace_delay_s=replace_delay_s)
+        api.observers.append(w.show_pressure)
         stop = asyncio.Event()
         task = asyncio.create_task(w.kuberay.run(stop))
         try:
