@@ -34,15 +34,16 @@ typecheck: $(STAMP)
 
 # Tests in tiers, each selected by its marker (pyproject.toml's markers;
 # tests/conftest.py marks the folders): `make check` is the fast tier for
-# every change (lint, types, the core and the units: under 5 minutes here);
+# every change (lint, types, the core and the units, in two lanes as
+# tests/lanes.py splits them);
 # `make test` is everything, what CI runs.
 FAST := not (e2e or ray or realk8s or realpods or slow or faults or emulator or cgroupv2)
 
 check: lint typecheck
-	$(BIN)/pytest -q -m "$(FAST)"
+	$(BIN)/python -m tests.lanes --fast "$(FAST)"
 
 unit: $(STAMP)
-	$(BIN)/pytest -q -m "$(FAST)"
+	$(BIN)/python -m tests.lanes --fast "$(FAST)"
 
 e2e: $(STAMP)
 	$(BIN)/pytest -q -m e2e

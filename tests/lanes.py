@@ -13,7 +13,12 @@ Lane B is everything lane A does not select, so a test of a tier added later
 still runs. Each lane writes to its own log; a line every minute says where
 each lane is, and the logs are printed whole at the end, one after the other.
 
-    python -m tests.lanes [PYTEST ARGS...]    # extra arguments go to both lanes
+The fast tier (``make check``) runs in two lanes too: its replays of whole
+trace sets (the detection benchmarks' tests, about half its time) in one, the
+rest in the other.
+
+    python -m tests.lanes [PYTEST ARGS...]         # every tier; extra arguments go to both lanes
+    python -m tests.lanes --fast MARKS [ARGS...]   # the fast tier (the Makefile's marker expression)
 """
 
 from __future__ import annotations
@@ -30,7 +35,15 @@ from pathlib import Path
 
 LANE_A_TIERS = ("e2e", "faults", "emulator", "ray", "realpods")
 LANE_A = " or ".join(LANE_A_TIERS)
-LANES = (("A", LANE_A), ("B", f"not ({LANE_A})"))
+LANES = (("A", ["-m", LANE_A]), ("B", ["-m", f"not ({LANE_A})"]))
+# The fast tier's tests that replay whole trace sets through the policy.
+REPLAYS = ("tests/core/test_traces_bench.py", "tests/core/test_cli.py")
+
+
+def fast_lanes(marks: str) -> tuple[tuple[str, list[str]], ...]:
+    """The fast tier (``marks``) split: the replays, and everything else."""
+    return (("replays", ["-m", marks, *REPLAYS]), ("rest", ["-m", marks, *(f"--ignore={p}" for p in REPLAYS)]))
+
 PROGRESS_EVERY_S = 60.0
 # pytest -q's progress: a line of one letter a test (".", "F", "E", "s", "x",
 # "X"), 80 to a line, with the share done at the end of a full one.
@@ -40,7 +53,7 @@ _OUTCOMES = re.compile(rb"^([.FEsxX]+)(?:\s+\[\s*\d+%\])?$", re.MULTILINE)
 @dataclass
 class Lane:
     name: str
-    marks: str
+    args: list[str]
     log: Path
     proc: subprocess.Popen[bytes]
     started: float
@@ -56,13 +69,13 @@ class Lane:
         return f"{len(letters)} tests run" + (f", {failed} failed" if failed else "")
 
 
-def _start(name: str, marks: str, logs: Path, extra: list[str]) -> Lane:
+def _start(name: str, args: list[str], logs: Path, extra: list[str]) -> Lane:
     log = logs / f"lane-{name}.log"
     # The cache plugin off: two processes writing .pytest_cache at once race.
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marks, *extra]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, *extra]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    return Lane(name, marks, log, proc, time.monotonic())
+    return Lane(name, args, log, proc, time.monotonic())
 
 
 def _stop(lanes: list[Lane]) -> None:
@@ -77,7 +90,7 @@ def _stop(lanes: list[Lane]) -> None:
             lane.proc.wait()
 
 
-def run(extra: list[str]) -> int:
+def run(extra: list[str], lane_args: tuple[tuple[str, list[str]], ...] = LANES) -> int:
     logs = Path(tempfile.mkdtemp(prefix="memoryguard-lanes-"))
     lanes: list[Lane] = []
 
@@ -87,9 +100,9 @@ def run(extra: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, terminated)
     print(f"lanes: {len(LANES)} pytest processes; their logs in {logs}", flush=True)
-    for name, marks in LANES:
-        lanes.append(_start(name, marks, logs, extra))
-        print(f"lane {name}: -m {marks!r}", flush=True)
+    for name, args in lane_args:
+        lanes.append(_start(name, args, logs, extra))
+        print(f"lane {name}: pytest {' '.join(args)}", flush=True)
     began = time.monotonic()
     try:
         next_line = began + PROGRESS_EVERY_S
@@ -106,7 +119,7 @@ def run(extra: list[str]) -> int:
         _stop(lanes)
         return 130
     for lane in lanes:
-        print(f"\n{'=' * 30} lane {lane.name}: -m {lane.marks!r} {'=' * 30}", flush=True)
+        print(f"\n{'=' * 30} lane {lane.name}: pytest {' '.join(lane.args)} {'=' * 30}", flush=True)
         sys.stdout.buffer.write(lane.log.read_bytes())
         sys.stdout.flush()
     print()
@@ -121,4 +134,7 @@ def run(extra: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(sys.argv[1:]))
+    argv = sys.argv[1:]
+    if argv[:1] == ["--fast"] and len(argv) >= 2:
+        sys.exit(run(argv[2:], fast_lanes(argv[1])))
+    sys.exit(run(argv))

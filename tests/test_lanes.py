@@ -11,5 +11,15 @@ def test_lane_a_names_only_tiers_conftest_marks() -> None:
 
 
 def test_lane_b_is_everything_lane_a_does_not_select() -> None:
-    (_, a_marks), (_, b_marks) = lanes.LANES
-    assert b_marks == f"not ({a_marks})"
+    (_, a_args), (_, b_args) = lanes.LANES
+    assert a_args[0] == b_args[0] == "-m" and b_args[1] == f"not ({a_args[1]})"
+
+
+def test_the_fast_tiers_lanes_split_its_files_between_them() -> None:
+    from pathlib import Path
+
+    (_, replays), (_, rest) = lanes.fast_lanes("M")
+    assert replays == ["-m", "M", *lanes.REPLAYS]
+    assert rest == ["-m", "M", *(f"--ignore={p}" for p in lanes.REPLAYS)]
+    root = Path(__file__).resolve().parents[1]
+    assert all((root / p).is_file() for p in lanes.REPLAYS)  # a moved one: the replays' lane would not find it

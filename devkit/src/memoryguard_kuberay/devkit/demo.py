@@ -90,7 +90,7 @@ def replacement(group: str, pod: dict[str, Any]) -> str:
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="memoryguard-kuberay demo", description=helptext.summary(__doc__))
     p.add_argument("--speed", type=float, default=900.0, help="how much faster than real time (default 900)")
-    p.add_argument("--workers", type=int, default=3, help="worker pods in each of the RayCluster's three groups "
+    p.add_argument("--workers", type=int, default=3, help="worker pods in each of the RayCluster's four groups "
                                                           "(default 3)")
     p.add_argument("--json", action="store_true", help="no live view; print the summary as one JSON document")
     p.add_argument("--plot", default="demo.png", metavar="OUT.png", help="timeline of every worker ('' for none)")
