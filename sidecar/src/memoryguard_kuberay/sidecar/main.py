@@ -18,20 +18,21 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memoryguard_kuberay.core import answer, helptext
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.samples import Sample
-from memoryguard_kuberay.core.simulate import StepEffects
 from memoryguard_kuberay.core.traces import TraceError, read_trace
 from memoryguard_kuberay.sidecar import metrics as sidecar_metrics
 from memoryguard_kuberay.sidecar.objectstore import RayMetricsScraper, StoreReading, shm_charged_bytes
 from memoryguard_kuberay.sidecar.processes import top_processes
 from memoryguard_kuberay.sidecar.procfs import DEFAULT_PATTERN
-from memoryguard_kuberay.sidecar.replay import ReplayFeed
 from memoryguard_kuberay.sidecar.sampler import Sampler
 from memoryguard_kuberay.sidecar.server import MAX_CONNECTIONS, Routes, SidecarServer
+
+if TYPE_CHECKING:
+    from memoryguard_kuberay.sidecar.replay import ReplayFeed
 
 log = logging.getLogger("memoryguard_kuberay.sidecar")
 MAX_RING = 100_000
@@ -131,6 +132,12 @@ class Sidecar(Routes, sidecar_metrics.StateView):
                                pattern=args.ray_process_pattern, limit_bytes=args.memory_limit_bytes)
         self.feed: ReplayFeed | None = None
         if args.replay:
+            # Only a replay loads the policy's modules (what a step frees): the
+            # sidecar in a pod starts without them (in the cgroup v2 guest,
+            # under load, those imports cost a case its sidecar's start).
+            from memoryguard_kuberay.core.simulate import StepEffects
+            from memoryguard_kuberay.sidecar.replay import ReplayFeed
+
             trace = read_trace(args.replay)
             epoch = float(args.epoch) if args.epoch is not None else time.time()
             self.feed = ReplayFeed(trace.samples, speed=args.speed, epoch_s=epoch,
