@@ -329,3 +329,32 @@ def test_the_minute_a_step_was_asked_in_is_not_its_before() -> None:
     step = Step(Rung.RECLAIM, Level.ELEVATED, since, int(0.6 * LIMIT))
     judged = judge_step(step, _decision(frac(now)), w, S, now)
     assert judged.effect is Effect.EFFECTIVE, judged.message
+
+
+def test_a_shed_judged_before_the_pod_headed_for_the_oom_asks_the_replacement_once_it_does() -> None:
+    # A shed judged no effect at 85% (below shedPercent: it stays asked) on
+    # a pod that keeps growing: once at 93% with the OOM within the policy's
+    # horizon, the ladder asks for the replacement, as it would have at the
+    # judgement had the pod been there then. A pod that stopped growing is not.
+    from memoryguard_kuberay.core.policy.ladder import Step, climb
+    from tests.core.helpers import sample, window_of
+
+    since = 2 * H
+
+    def frac(t: float) -> float:
+        return 0.79 + 0.03 * t / H  # 85% at the shed, 93% 2.7 h later
+
+    samples = [sample(i * 15.0, frac(i * 15.0)) for i in range(int((since + 2.7 * H) / 15) + 1)]
+    w, now = window_of(samples), samples[-1].time_s
+    shed = Step(Rung.SHED, Level.HIGH, since, int(0.85 * LIMIT), effect=Effect.NO_EFFECT)
+    move = climb(settings=S, step=shed, decision=_decision(frac(now), 0.5 * S.horizon_s), window=w, now_s=now)
+    assert move.rung is Rung.REPLACE and move.started and move.wants_replace, move.message
+    assert "the shed did not stop it" in move.message
+    # Not yet at shedPercent: the shed stays asked.
+    below = climb(settings=S, step=shed, decision=_decision(0.86, 0.5 * S.horizon_s), window=w, now_s=now)
+    assert below.rung is Rung.SHED and not below.started, below.message
+    # At 93% but flat since the shed: no growth the workload cannot stop.
+    flat = [sample(i * 15.0, min(frac(i * 15.0), 0.93)) for i in range(len(samples))]
+    flat_w = window_of(flat[: int(since / 15)] + [sample(i * 15.0, 0.93) for i in range(int(since / 15), len(flat))])
+    kept = climb(settings=S, step=shed, decision=_decision(0.93, 0.5 * S.horizon_s), window=flat_w, now_s=now)
+    assert kept.rung is Rung.SHED, kept.message

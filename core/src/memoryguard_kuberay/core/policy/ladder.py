@@ -327,6 +327,19 @@ def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, wi
         # Judged once already: it stays in effect until the level moves.
         if level is Level.NORMAL:
             return Move(level, Rung.NONE, None, f"{why}: {step.rung.value.lower()} no longer asked", ended=True)
+        if step.rung is Rung.SHED and step.effect is Effect.NO_EFFECT:
+            # A shed judged while the pod was not yet heading for the OOM (below
+            # shedPercent, or its projection beyond the horizon) stays asked; once
+            # the pod gets there, still growing since the shed, the ladder asks
+            # for the replacement, as it would have at the judgement.
+            since_shed = creep_between(window, step.since_s, now_s + 1)
+            if _still_heading_for_oom(decision, settings, since_shed):
+                used = used_near(window, now_s, decision.evidence.used_bytes, level_span_s(settings))
+                replace = Step(Rung.REPLACE, level, now_s, used if used is not None else step.used_bytes,
+                               since_shed, Effect.NO_EFFECT, step.store_fraction)
+                return Move(level, Rung.REPLACE, replace,
+                            f"{why}: the shed did not stop it ({fmt_rate(since_shed or 0.0)} since): reclaim and "
+                            "shed did not move it: replace", started=True)
         if level.rank > step.level.rank:
             # Higher than when it was judged: an ineffective reclaim escalates,
             # an effective step is asked again (the garbage came back).
@@ -357,7 +370,7 @@ def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, wi
     if step.rung is Rung.RECLAIM and level.rank >= Level.HIGH.rank:
         return _escalate(Rung.SHED, level, decision, window, settings, now_s,
                          f"{why}: {judged.message}; shed asked", judged, step, shed_waits)
-    if step.rung is Rung.SHED and _still_heading_for_oom(decision, settings, judged):
+    if step.rung is Rung.SHED and _still_heading_for_oom(decision, settings, judged.creep_after_bytes_per_h):
         replace = Step(Rung.REPLACE, level, now_s, step.used_bytes - judged.freed_bytes,
                        judged.creep_after_bytes_per_h, Effect.NO_EFFECT, judged.store_after)
         return Move(level, Rung.REPLACE, replace,
@@ -381,7 +394,7 @@ def _escalate(rung: Rung, level: Level, decision: Decision, window: PodWindow, s
     return Move(level, rung, asked, message, started=True, judged=judged)
 
 
-def _still_heading_for_oom(decision: Decision, settings: PolicySettings, judged: Judgement) -> bool:
+def _still_heading_for_oom(decision: Decision, settings: PolicySettings, after: float | None) -> bool:
     """A shed that did not move a pod already at ``shedPercent`` whose
     growth goes on (after the shed, above the policy's floor of growth) and
     the policy projects to the limit within its own rotation horizon: growth
@@ -391,7 +404,6 @@ def _still_heading_for_oom(decision: Decision, settings: PolicySettings, judged:
     healthy pods."""
     ev = decision.evidence
     ceiling = _ceiling(decision) or 0
-    after = judged.creep_after_bytes_per_h
     noise = settings.min_growth_fraction_per_h * ceiling
     high = ev.used_bytes is not None and ceiling > 0 and ev.used_bytes >= settings.shed_fraction * ceiling
     return (high and ev.projected_oom_s is not None and ev.projected_oom_s <= settings.horizon_s
