@@ -206,12 +206,12 @@ def main() -> int:
     ap.add_argument("--workload", choices=("leak", "cyclic", "cache"), default="leak",
                     help="leak: references kept (the default); cyclic: garbage in reference cycles that only a "
                          "collection frees; cache: examples/ladder/cache_actor.py, which drops its cache when told")
-    ap.add_argument("--ladder-settle-s", type=int, default=45,
-                    help="ladder.settleSeconds, scaled to the test profile's windows (production: 600)")
-    ap.add_argument("--ladder-reclaim-horizon-s", type=int, default=600,
-                    help="ladder.reclaimHorizonSeconds, scaled to the test profile (production: 21600)")
-    ap.add_argument("--ladder-shed-horizon-s", type=int, default=300,
-                    help="ladder.shedHorizonSeconds, scaled to the test profile (production: 10800)")
+    ap.add_argument("--ladder-settle-s", type=int, default=None,
+                    help="ladder.settleSeconds (default: the test profile's, scaled to its windows; production: 600)")
+    ap.add_argument("--ladder-reclaim-horizon-s", type=int, default=None,
+                    help="ladder.reclaimHorizonSeconds (default: the test profile's; production: 21600)")
+    ap.add_argument("--ladder-shed-horizon-s", type=int, default=None,
+                    help="ladder.shedHorizonSeconds (default: the test profile's; production: 10800)")
     ap.add_argument("--trace", default=str(ROOT / "examples" / "recorded" / "real_ray_leak.csv"))
     ap.add_argument("--evidence-dir", default=str(ROOT / "build" / "real-leak"),
                     help="where the two kept artifacts are written (default build/real-leak)")
@@ -222,10 +222,12 @@ def main() -> int:
         print("real-leak: needs root to make a memory cgroup", file=sys.stderr)
         return 2
     settings = commands.load_guard_settings(str(TEST_PROFILE))
-    # Decide as a guard that rotates would, its ladder's times scaled to the profile's windows.
-    settings = dataclasses.replace(settings, dry_run=False, ladder_enabled=True, ladder_settle_s=args.ladder_settle_s,
-                                   reclaim_horizon_s=args.ladder_reclaim_horizon_s,
-                                   shed_horizon_s=args.ladder_shed_horizon_s)
+    # Decide as a guard that rotates would, its ladder's times the profile's (scaled to its windows).
+    settings = dataclasses.replace(
+        settings, dry_run=False, ladder_enabled=True,
+        ladder_settle_s=args.ladder_settle_s or settings.ladder_settle_s,
+        reclaim_horizon_s=args.ladder_reclaim_horizon_s or settings.reclaim_horizon_s,
+        shed_horizon_s=args.ladder_shed_horizon_s or settings.shed_horizon_s)
     limit = int(args.limit_gib * GIB)
     deadline = time.monotonic() + args.max_minutes * 60
     group = MemoryGroup(limit)

@@ -1,5 +1,6 @@
-"""What the real-pod tier saw of its pods: every pod's latest object and
-every status it went through, recorded by a thread that lists them twice a
+"""What the real-pod tier saw of its pods: every pod's latest object,
+every status it went through and every value of its pressure annotation
+(what the ladder asked of it), recorded by a thread that lists them twice a
 second (the real KubeRay makes, replaces and deletes them; the real
 kubelet runs them). The tests read it, and it is written out beside the
 operator's log for the closing note.
@@ -12,6 +13,8 @@ import threading
 import time
 from typing import Any
 
+from memoryguard_kuberay.core.constants import ANN_PRESSURE
+
 from ..realk8s.controlplane import ControlPlane
 
 
@@ -20,6 +23,7 @@ class PodRecorder:
         self.api, self.ns = cp.admin(), namespace
         self.seen: dict[str, dict[str, Any]] = {}  # pod name -> the latest object
         self.history: dict[str, list[tuple[float, dict[str, Any]]]] = {}  # pod name -> (time, status) on change
+        self.pressure: dict[str, list[tuple[float, str]]] = {}  # pod name -> (time, annotation) on change
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="pod-recorder")
@@ -52,6 +56,10 @@ class PodRecorder:
             history = self.history.setdefault(name, [])
             if not history or _essence(history[-1][1]) != _essence(status):
                 history.append((now, status))
+            asked = (p["metadata"].get("annotations") or {}).get(ANN_PRESSURE)
+            said = self.pressure.setdefault(name, [])
+            if asked is not None and (not said or said[-1][1] != asked):
+                said.append((now, asked))
 
 
 def _essence(status: dict[str, Any]) -> Any:

@@ -23,11 +23,18 @@ One RayCluster: a head, a guarded worker group (``guarded``: the injected
 sidecar beside Ray) and an unguarded one (``control``: no sidecar), whose
 workers leak alike from one driver: the kernel OOM-kills the control
 worker at its real limit, and the lead of the guarded worker's eviction
-over that kill is printed. The tests run in file order on one cluster.
+over that kill is printed. Then the ladder's cases a reclaim brings back
+(issue 41), each in a guarded worker of its own (the replacement, then a
+pod KubeRay makes for a deleted one): garbage in reference cycles that
+hold ObjectRefs, and the example cache actor, each reading its pod's
+pressure file. One guarded worker at a time: on the host's network every
+pod's sidecar binds the host's port, and the operator takes only the
+chart's. The tests run in file order on one cluster.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -41,6 +48,7 @@ from typing import Any
 import pytest
 import yaml
 
+from memoryguard_kuberay.core import pressure
 from memoryguard_kuberay.operator.rayclusters import injection
 
 from ..devworld import ROOT
@@ -60,11 +68,20 @@ KUBERAY_VERSION = "v1.7.0"
 KUBERAY_ENV = {"ENABLE_INIT_CONTAINER_INJECTION": "false", "ENABLE_PROBES_INJECTION": "false"}
 MIB = 1024**2
 WORKER_LIMIT = "1Gi"
-LEAK_MIB_PER_S = 3.0
+# The true leak: slow enough that its first projection is outside the
+# policy's rotation horizon (3 minutes) and inside the ladder's reclaim
+# horizon (10), so the ladder asks a reclaim before the policy rotates it
+# (at 3 MiB/s the first projection was already inside the 3 minutes).
+LEAK_MIB_PER_S = 2.0
+# The ladder's cases grow slower: their projected OOM (about 10 minutes away)
+# is within the reclaim horizon and far outside the policy's rotation (3).
+LADDER_MIB_PER_S = 1.0
+LADDER_CASES = ("garbage", "cache")
 GUARDS = f"/apis/memoryguard.io/v1alpha1/namespaces/{NS}/memoryguards"
 # The policy's test profile (examples/guards/test-profile.yaml): windows short
-# enough for a leak that reaches its limit in minutes; never a production setting.
-TEST_PROFILE = yaml.safe_load((ROOT / "examples" / "guards" / "test-profile.yaml").read_text())["spec"]["policy"]
+# enough for a leak that reaches its limit in minutes, the ladder's times
+# scaled to them; never a production setting.
+TEST_GUARD = yaml.safe_load((ROOT / "examples" / "guards" / "test-profile.yaml").read_text())["spec"]
 
 LEAKER = textwrap.dedent("""
     import sys, time, ray
@@ -97,6 +114,68 @@ LEAKER = textwrap.dedent("""
             except Exception as e:
                 print("died", g, time.time(), type(e).__name__, flush=True)
                 del live[g]
+        time.sleep(max(0.0, 1.0 - (time.time() - t)))
+    print("done", time.time(), flush=True)
+""")
+
+# The ladder's cases, one a run (argv: the case, MiB a second, seconds to
+# run), on the guarded worker (its Ray resource): each answers the pod's
+# pressure file and says what it did ("did" lines, with the time it said it).
+LADDER = textwrap.dedent("""
+    import gc, json, sys, time, ray
+    ray.init(address="auto", logging_level="ERROR")
+    case, rate, until = sys.argv[1], float(sys.argv[2]), time.time() + float(sys.argv[3])
+
+    @ray.remote
+    class Garbage:
+        # (a) What it drops is held in reference cycles, an ObjectRef in each:
+        # only a collection frees it (the collector off between runs, as on a
+        # busy worker). reclaim_ray (Ray's global GC) on Reclaim or Shed.
+        def __init__(self):
+            from memoryguard_kuberay.pressure import on_pressure, reclaim_ray
+            gc.disable()
+            self.did = []
+            def answer(p):
+                if p.step in ("Reclaim", "Shed"):
+                    t0 = time.time()
+                    reclaim_ray()
+                    self.did.append({"t": t0, "step": p.step, "did": "reclaim_ray",
+                                     "took_s": round(time.time() - t0, 3)})
+            on_pressure(answer, interval_s=1.0)
+
+        def grow(self, mib):
+            b = bytearray(int(mib * 2**20))
+            b[::4096] = b"\\x01" * ((len(b) + 4095) // 4096)  # touched: resident, not a lazy zero page
+            d = {"heap": b, "ref": ray.put(bytes(128 * 1024))}
+            d["self"] = d
+
+        def what_it_did(self):
+            return self.did
+
+    # (b) examples/ladder/cache_actor.py as it stands (in the Ray image, on
+    # its PYTHONPATH): a new 4 MiB key every 4 MiB of the rate, dropped on Reclaim.
+    from cache_actor import CachingModel
+
+    cls = Garbage if case == "garbage" else CachingModel
+    a = cls.options(resources={"guarded": 1}, num_cpus=0, max_restarts=0).remote()
+    print("started", case, time.time(), flush=True)
+    tick, said = 0, None
+    while time.time() < until:
+        t = time.time()
+        tick += 1
+        try:
+            if case == "garbage":
+                ray.get(a.grow.remote(rate), timeout=30)
+            elif int(tick * rate / 4) > int((tick - 1) * rate / 4):
+                ray.get(a.predict.remote(f"k{tick}"), timeout=30)
+            print("held", case, flush=True)
+            did = ray.get(a.what_it_did.remote(), timeout=30)
+        except Exception as e:
+            print("died", case, time.time(), type(e).__name__, flush=True)
+            break
+        if did != said:
+            said = did
+            print("did", case, time.time(), json.dumps(did), flush=True)
         time.sleep(max(0.0, 1.0 - (time.time() - t)))
     print("done", time.time(), flush=True)
 """)
@@ -134,6 +213,22 @@ class Cluster:
     def events(self, reason: str) -> list[dict[str, Any]]:
         items = self.api.ok("GET", f"/api/v1/namespaces/{NS}/events")["items"]
         return [e for e in items if e.get("reason") == reason]
+
+    def driver(self, script: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+        """``script`` run by Ray's Python in the head pod (``kubectl exec``),
+        its output in ``log``."""
+        head = self.running("headgroup")
+        assert head, "the head pod is not Running"
+        with open(log, "wb") as out:
+            driver = subprocess.Popen([str(self.kl.tools / "kubectl"), "exec", "-i", head["metadata"]["name"], "-n",
+                                       NS, "-c", "ray-head", "--", "python", "-", *args],
+                                      stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
+                                      env={"KUBECONFIG": str(self.kl.kubeconfig), "PATH": "/usr/bin:/bin",
+                                           "HOME": str(self.workdir)})
+        assert driver.stdin is not None
+        driver.stdin.write(script.encode())
+        driver.stdin.close()
+        return driver
 
 
 WORKER_PORTS = 41  # a node's range for its Ray worker processes' ports
@@ -210,7 +305,7 @@ def _guard(port: int, sidecar_image: str) -> dict[str, Any]:
                      "sidecar": {"inject": True, "port": port, "image": sidecar_image},
                      "forensics": {"enabled": True, "timeoutSeconds": 20},
                      "rotation": {"drainTimeoutSeconds": 60},
-                     "policy": TEST_PROFILE}}
+                     "policy": TEST_GUARD["policy"], "ladder": TEST_GUARD["ladder"]}}
 
 
 @pytest.fixture(scope="module")
@@ -387,46 +482,38 @@ def test_a_real_leak_is_rotated_before_the_kernel_kills_it(cluster: Cluster) -> 
     driver_log = c.workdir / "driver.log"
     guarded_oom: list[int] = []  # the guarded container's OOM kills, as its sidecar reads them
     store_used: list[int] = []  # its object store's bytes in use, as its sidecar reads them
-    with open(driver_log, "wb") as out:
-        driver = subprocess.Popen([str(c.kl.tools / "kubectl"), "exec", "-i", head["metadata"]["name"], "-n", NS,
-                                   "-c", "ray-head", "--", "python", "-", str(LEAK_MIB_PER_S), "900"],
-                                  stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                                  env={"KUBECONFIG": str(c.kl.kubeconfig), "PATH": "/usr/bin:/bin",
-                                       "HOME": str(c.workdir)})
-        assert driver.stdin is not None
-        driver.stdin.write(LEAKER.encode())
-        driver.stdin.close()
+    driver = c.driver(LEAKER, [str(LEAK_MIB_PER_S), "900"], driver_log)
+    try:
         try:
-            try:
-                c.wait_for(lambda: b"held guarded" in driver_log.read_bytes() and b"held control" in
-                           driver_log.read_bytes(), 120, f"both actors leaking ({driver_log})")
-            except AssertionError as e:  # Ray's own word on why first: the driver's log
-                raise AssertionError(f"--- the driver's log ---\n{driver_log.read_text(errors='replace')[-4000:]}"
-                                     f"\n{e}") from None
-            started = time.time()
+            c.wait_for(lambda: b"held guarded" in driver_log.read_bytes() and b"held control" in
+                       driver_log.read_bytes(), 120, f"both actors leaking ({driver_log})")
+        except AssertionError as e:  # Ray's own word on why first: the driver's log
+            raise AssertionError(f"--- the driver's log ---\n{driver_log.read_text(errors='replace')[-4000:]}"
+                                 f"\n{e}") from None
+        started = time.time()
 
-            def evicted() -> list[dict[str, Any]]:
-                doc = _samples(c.ports["sidecar"])
-                if doc:
-                    guarded_oom.extend(s["oom_kill"] for s in doc["samples"][-3:] if s["oom_kill"] is not None)
-                    store_used.extend(s["plasma_used"] for s in doc["samples"][-3:] if s["plasma_used"] is not None)
-                return [e for e in c.events("WorkerEvicted") if e["involvedObject"].get("kind") == "MemoryGuard"]
+        def evicted() -> list[dict[str, Any]]:
+            doc = _samples(c.ports["sidecar"])
+            if doc:
+                guarded_oom.extend(s["oom_kill"] for s in doc["samples"][-3:] if s["oom_kill"] is not None)
+                store_used.extend(s["plasma_used"] for s in doc["samples"][-3:] if s["plasma_used"] is not None)
+            return [e for e in c.events("WorkerEvicted") if e["involvedObject"].get("kind") == "MemoryGuard"]
 
-            events = c.wait_for(evicted, 900, "the guarded worker evicted")
-            evicted_at = time.time()
-            assert g_name in events[0]["message"], events[0]["message"]
-            assert _oom_kills(control, "ray-worker") == 0, "the kernel killed the control before the eviction"
-            c.wait_for(lambda: (_oom_kills(control, "ray-worker") or 0) > 0, 600,
-                       f"the kernel's OOM kill in the unguarded control worker {c_name}")
-            oom_at = time.time()
-            # The driver's word for it, informative only: kubectl exec merges the
-            # remote stdout and stderr, and Ray's own lines may share a line with it.
-            deadline = time.monotonic() + 60
-            while not (died := re.findall(r"control ([0-9]{10}\.[0-9]+)", driver_log.read_text(errors="replace"))) \
-                    and time.monotonic() < deadline:
-                time.sleep(1)
-        finally:
-            stop(driver, timeout=10)
+        events = c.wait_for(evicted, 900, "the guarded worker evicted")
+        evicted_at = time.time()
+        assert g_name in events[0]["message"], events[0]["message"]
+        assert _oom_kills(control, "ray-worker") == 0, "the kernel killed the control before the eviction"
+        c.wait_for(lambda: (_oom_kills(control, "ray-worker") or 0) > 0, 600,
+                   f"the kernel's OOM kill in the unguarded control worker {c_name}")
+        oom_at = time.time()
+        # The driver's word for it, informative only: kubectl exec merges the
+        # remote stdout and stderr, and Ray's own lines may share a line with it.
+        deadline = time.monotonic() + 60
+        while not (died := re.findall(r"control ([0-9]{10}\.[0-9]+)", driver_log.read_text(errors="replace"))) \
+                and time.monotonic() < deadline:
+            time.sleep(1)
+    finally:
+        stop(driver, timeout=10)
     lead = oom_at - evicted_at
     print(f"real pods: leak of {LEAK_MIB_PER_S:g} MiB/s started; guarded worker {g_name} evicted after "
           f"{evicted_at - started:.0f} s; the kernel OOM-killed the unguarded control {c_name}'s actor after "
@@ -434,6 +521,8 @@ def test_a_real_leak_is_rotated_before_the_kernel_kills_it(cluster: Cluster) -> 
           + (f" (its driver saw it die after {float(died[0]) - started:.0f} s)" if died else "")
           + f": lead {lead:.0f} s")
     c.facts.update(lead_s=lead)
+    # (c) of issue 41: what the ladder asked of the true leak before the policy rotated it.
+    _ladder(c, g_name, started, evicted_at)
     # The guarded pod was never OOM-killed: not in its statuses, not in its cgroup's counter.
     assert guarded_oom and max(guarded_oom) == 0, guarded_oom
     # The leaking actor's ObjectRefs (128 KiB a second, never released) fill
@@ -456,6 +545,80 @@ def test_a_real_leak_is_rotated_before_the_kernel_kills_it(cluster: Cluster) -> 
     c.wait_for(lambda: c.events("WorkerRotated"), 300, "the rotation completed (a replacement Ready)")
     kept = c.wait_for(lambda: c.events("ForensicsKept"), 60, "the evidence kept")
     print(f"real pods: {drained[0]['message']}; {kept[0]['message']}")
+
+
+def _ladder(c: Cluster, name: str, since: float, until: float) -> list[tuple[float, pressure.Pressure]]:
+    """What the ladder asked of pod ``name`` (its annotation's values, as the
+    recorder saw them, with when), printed with each step's judged effect
+    and the time at each level from ``since`` to ``until``."""
+    asked = [(at, a) for at, value in c.recorder.pressure.get(name, []) if (a := pressure.parse(value))]
+    for at, a in asked:
+        print(f"real pods: {name} at {at - since:+.0f} s: level {a.level}, step {a.step}"
+              + (f", judged {a.effect}" if a.effect else ""))
+    for message in dict.fromkeys(e["message"] for e in c.events("PressureStepJudged")):
+        if message.startswith(f"{name}: "):
+            print(f"real pods: judged: {message}")
+    levels: dict[str, float] = {}
+    marks = [(since, "Normal"), *((at, a.level) for at, a in asked if since <= at <= until), (until, "")]
+    for (at, level), (nxt, _) in itertools.pairwise(marks):
+        levels[level] = levels.get(level, 0.0) + nxt - at
+    print(f"real pods: {name}: time at each level: " + ", ".join(f"{k} {v:.0f} s" for k, v in levels.items() if v))
+    return asked
+
+
+def test_the_ladder_brings_garbage_and_a_cache_back_without_a_rotation(cluster: Cluster) -> None:
+    """(a) and (b) of issue 41 in real pods: a guarded worker whose growth
+    is garbage in reference cycles holding ObjectRefs, then one whose actor
+    (examples/ladder/cache_actor.py) holds a cache it can drop. Each reads
+    its pod's pressure file (the downward API volume the injected template
+    carries, which the real kubelet refreshes) with ``on_pressure``, and is
+    brought back by the reclaim alone: judged effective, not evicted, not
+    OOM-killed. Each case in a pod of its own: the first in the true leak's
+    replacement, the next in the pod KubeRay makes for it once deleted."""
+    c = cluster
+    done: list[str] = []
+    for case in LADDER_CASES:
+        pod = c.wait_for(lambda: len(c.pods("guarded", live=False)) == 1 and (p := c.running("guarded"))
+                         and _has_sidecar(p["spec"]) and p["metadata"]["name"] not in done and p, 300,
+                         f"a new guarded worker Running for the {case} case")
+        name = pod["metadata"]["name"]
+        c.wait_for(lambda: (d := _samples(c.ports["sidecar"])) and (d["samples"][-1].get("memory_current") or 0)
+                   > 100 * MIB, 120, f"the sidecar of {name} reading Ray's memory")
+        log = c.workdir / f"ladder-{case}.log"
+        driver = c.driver(LADDER, [case, str(LADDER_MIB_PER_S), "900"], log)
+        try:
+            c.wait_for(lambda case=case, log=log: f"held {case}" in log.read_text(errors="replace"), 120,
+                       f"the {case} growing ({log})")
+            started = time.time()
+
+            def judged(name: str = name) -> list[str]:
+                return [e["message"] for e in c.events("PressureStepJudged") if e["message"].startswith(f"{name}: ")]
+
+            c.wait_for(lambda: any(m.endswith(": effective") for m in judged()), 600,
+                       f"a step judged effective in {name} ({case}); judged so far: {judged()}")
+            now = time.time()
+            said = log.read_text(errors="replace")
+        finally:
+            stop(driver, timeout=10)
+        asked = _ladder(c, name, started, now)
+        did = [(float(line.split(" ", 3)[2]), json.loads(line.split(" ", 3)[3])) for line in said.splitlines()
+               if line.startswith(f"did {case} ")]
+        print(f"real pods: the {case} workload said: {did[-1][1] if did else 'nothing'}")
+        assert did and did[-1][1], f"the {case} workload never answered a step:\n{said[-3000:]}"
+        reclaim_at = next(at for at, a in asked if a.step == "Reclaim")
+        # When it answered: the garbage's actor keeps the time; the cache's
+        # answer is seen by the driver within a second.
+        answered = did[-1][1][0]["t"] if case == "garbage" else next(at for at, said in did if said)
+        print(f"real pods: {name}: the workload answered {answered - reclaim_at:.0f} s after the reclaim was "
+              f"written to the pod (the kubelet showed it in the file)")
+        c.facts[f"ladder_{case}"] = {"pod": name, "file_s": answered - reclaim_at, "judged": judged()}
+        assert all(a.step != "Replace" for _, a in asked), asked
+        assert not [e["message"] for e in c.events("WorkerEvicted") if name in e["message"]]
+        assert (p := c.running("guarded")) and p["metadata"]["name"] == name, f"{name} is gone"
+        assert _oom_kills(p, "ray-worker") == 0, f"the kernel OOM-killed in {name}"
+        done.append(name)
+        if case != LADDER_CASES[-1]:  # the next case in a pod of its own, as a user deletes one
+            c.api.ok("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}")
 
 
 def test_no_ray_pod_was_ever_not_ready_while_running(cluster: Cluster) -> None:
