@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from memoryguard_kuberay.core.policy.projection import Projection, project, still_climbing
+from memoryguard_kuberay.core.policy.projection import Projection, envelope_projection, project, still_climbing
 from memoryguard_kuberay.core.policy.window import HoldTimer, PodWindow, Series
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_oom_in, fmt_rate
@@ -78,15 +78,22 @@ def rapid_projection(window: PodWindow, settings: PolicySettings,
     limit = window.limit_bytes
     if not limit:
         return NO, None
-    p = project(window.rapid, now_s=now_s, ceiling=OOM_AT * limit,
-                min_slope_per_s=RAPID_MIN_GROWTH_PER_H * limit / 3600.0, settings=settings,
+    min_slope = RAPID_MIN_GROWTH_PER_H * limit / 3600.0
+    p = project(window.rapid, now_s=now_s, ceiling=OOM_AT * limit, min_slope_per_s=min_slope, settings=settings,
                 min_span_s=settings.rapid_min_span_s, min_tau=RAPID_MIN_TAU,
                 onset_horizon_s=settings.rapid_horizon_s if left_its_band(window.rapid) else None)
+    under_sawtooth = False
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.rapid_horizon_s:
-        return NO, p
+        # The means too unsteady for the bar, or too slow: the peaks' envelope
+        # may show a climb a sawtooth hides.
+        env = envelope_projection(window.rapid, now_s=now_s, ceiling=OOM_AT * limit, min_slope_per_s=min_slope,
+                                  min_tau=RAPID_MIN_TAU, settings=settings)
+        if env is None or env.eta_s is None or env.eta_s > settings.rapid_horizon_s:
+            return NO, p
+        p, under_sawtooth = env, True
     if window.resized and window.age_s < settings.trend_window_s:
         return NO, p  # growing into the room a resize just gave (the critical rule still watches)
-    if not still_climbing(window.rapid, p.slope_per_s, settings):
+    if not under_sawtooth and not still_climbing(window.rapid, p.slope_per_s, settings):
         # A climb that has just fallen back (a burst over, on top of a
         # sawtooth's rise) still fits a steep line through the minutes before.
         return NO, p
@@ -102,11 +109,13 @@ def rapid_projection(window: PodWindow, settings: PolicySettings,
     # morning to where it climbed the day before (the trend window alone,
     # four hours, has forgotten it; issue 39). The floor series keeps 28 h
     # of two-hour buckets, their peaks with them.
-    level = window.rapid.buckets[-1].mean
+    # (Under a sawtooth, its peaks: a trough's mean is below where it was.)
+    level = p.level if under_sawtooth else window.rapid.buckets[-1].mean
     if level < max(b.peak for b in seen) + RAPID_NEW_GROUND * limit or not new_ground(
             window, since_s=before, level=level, limit=limit):
         return NO, p
-    return Verdict(True, f"growing fast and steadily, {fmt_rate(p.slope_per_s * 3600)}, {fmt_oom_in(p.eta_s)}"), p
+    how = "its peaks growing fast and steadily under a sawtooth" if under_sawtooth else "growing fast and steadily"
+    return Verdict(True, f"{how}, {fmt_rate(p.slope_per_s * 3600)}, {fmt_oom_in(p.eta_s)}"), p
 
 
 def left_its_band(series: Series) -> bool:

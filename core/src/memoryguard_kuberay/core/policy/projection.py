@@ -5,6 +5,7 @@ sustained enough to act on, or why not. Purely computational."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from memoryguard_kuberay.core.policy.trend import theil_sen
 from memoryguard_kuberay.core.policy.window import Series, TrendFit
@@ -119,3 +120,58 @@ def still_climbing(series: Series, pace_per_s: float, settings: PolicySettings) 
         return False
     line = theil_sen(starts, tail)
     return line is not None and line.slope >= settings.deceleration_ratio * pace_per_s
+
+
+# A climb under a sawtooth (issue 39): the highest peak of the last half
+# window, bucket by bucket (the upper envelope), flattens a sawtooth whose
+# period is up to half the window and follows a climb beneath it.
+ENVELOPE_REACH = 0.5  # of the series' window
+ENVELOPE_MAX_JUMP = 0.5  # of the envelope's rise, in one bucket: a burst jumps, a climb climbs
+# A sawtooth the means cannot see through: somewhere in the window they fell
+# this much of the ceiling below their highest before (a collection). Under
+# smaller swings the means' own line is read as it is (sudden leaks under a
+# sawtooth of up to 7% were caught by it half an hour ahead), and a noisy
+# warm-up's tail on a slow sawtooth's rise made a steady envelope (a drawn
+# healthy pod rotated at 71%).
+ENVELOPE_MIN_FALL = 0.05
+
+
+def envelope_projection(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: float,
+                        min_tau: float, settings: PolicySettings) -> Projection | None:
+    """Growth under a sawtooth: a garbage collector's rise and fall every few
+    minutes, by up to a tenth of the limit, keeps the one-minute means'
+    Kendall tau under any bar for a steady climb while a leak beneath it
+    runs to the OOM (seen: a sudden leak under a 10% sawtooth of 6 minutes,
+    never caught). Where the means fell by ``ENVELOPE_MIN_FALL`` somewhere
+    in the window, the upper envelope of the buckets' peaks (each the
+    highest of the last ``ENVELOPE_REACH`` of the window) is flat for a
+    healthy sawtooth and climbs steadily with a leak; it is also what meets
+    the limit first. Projected from the envelope's line, when it rises
+    steadily (``min_tau``) and fast enough, and still makes new highs now;
+    else None."""
+    starts, peaks = series.buckets.column(0), series.buckets.column(2)
+    reach = max(2, int(ENVELOPE_REACH * series.window_s / series.bucket_s))
+    if len(peaks) < 2 * reach - 1:
+        return None
+    means = series.buckets.column(1)
+    if max(high - m for high, m in zip(itertools.accumulate(means, max), means)) < ENVELOPE_MIN_FALL * ceiling:
+        return None  # no sawtooth here: the means' own line is the reading
+    envelope = [max(peaks[i - reach + 1: i + 1]) for i in range(reach - 1, len(peaks))]
+    ts = starts[reach - 1:]
+    line = theil_sen(ts, envelope)
+    if line is None or line.tau < min_tau or line.slope < min_slope_per_s:
+        return None
+    # A burst's first minutes (a jump of a minute, on a slower sawtooth's
+    # rise) also make a steady-looking envelope: most of its rise is the jump.
+    rise = envelope[-1] - envelope[0]
+    if rise <= 0 or max(b - a for a, b in itertools.pairwise(envelope)) > ENVELOPE_MAX_JUMP * rise:
+        return None
+    # Making new highs now: the newest minute's peak is the envelope's high,
+    # and its last minutes still climb. Between new highs (a tooth's fall)
+    # the next one says.
+    tail = theil_sen(ts[-ONSET_TAIL:], envelope[-ONSET_TAIL:])
+    if peaks[-1] < envelope[-2] or tail is None or tail.slope < settings.deceleration_ratio * line.slope:
+        return None
+    level = envelope[-1] + line.slope * max(0.0, now_s - (ts[-1] + series.bucket_s))
+    eta = max(0.0, (ceiling - level) / line.slope)
+    return Projection(slope_per_s=line.slope, level=level, eta_s=eta, sustained=True, why_not="")
