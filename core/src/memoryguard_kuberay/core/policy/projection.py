@@ -149,13 +149,14 @@ def envelope_projection(series: Series, *, now_s: float, ceiling: float, min_slo
     the limit first. Projected from the envelope's line, when it rises
     steadily (``min_tau``) and fast enough, and still makes new highs now;
     else None."""
-    starts, peaks = series.buckets.column(0), series.buckets.column(2)
     reach = max(2, int(ENVELOPE_REACH * series.window_s / series.bucket_s))
-    if len(peaks) < 2 * reach - 1:
+    if series.buckets.size < 2 * reach - 1:
         return None
+    # First the cheap test most pods end at (the rule runs for every pod a cycle).
     means = series.buckets.column(1)
     if max(high - m for high, m in zip(itertools.accumulate(means, max), means)) < ENVELOPE_MIN_FALL * ceiling:
         return None  # no sawtooth here: the means' own line is the reading
+    starts, peaks = series.buckets.column(0), series.buckets.column(2)
     envelope = [max(peaks[i - reach + 1: i + 1]) for i in range(reach - 1, len(peaks))]
     ts = starts[reach - 1:]
     line = theil_sen(ts, envelope)
