@@ -114,11 +114,15 @@ def still_climbing(series: Series, pace_per_s: float, settings: PolicySettings) 
     ``decelerationRatio`` of ``pace_per_s``: growth that has levelled off or
     fallen back (a burst ended, a ramp held) is no longer climbing, however
     steep the line through what came before."""
-    tail = series.buckets.column(1)[-ONSET_TAIL:]
-    starts = series.buckets.column(0)[-ONSET_TAIL:]
-    if len(tail) < ONSET_TAIL:
+    return climbing(series.buckets.column(0), series.buckets.column(1), pace_per_s, settings)
+
+
+def climbing(starts: list[float], values: list[float], pace_per_s: float, settings: PolicySettings) -> bool:
+    """The last ONSET_TAIL of ``values`` (at ``starts``) climb at least
+    ``decelerationRatio`` of ``pace_per_s``."""
+    if len(values) < ONSET_TAIL:
         return False
-    line = theil_sen(starts, tail)
+    line = theil_sen(starts[-ONSET_TAIL:], values[-ONSET_TAIL:])
     return line is not None and line.slope >= settings.deceleration_ratio * pace_per_s
 
 
@@ -170,8 +174,7 @@ def envelope_projection(series: Series, *, now_s: float, ceiling: float, min_slo
     # Making new highs now: the newest minute's peak is the envelope's high,
     # and its last minutes still climb. Between new highs (a tooth's fall)
     # the next one says.
-    tail = theil_sen(ts[-ONSET_TAIL:], envelope[-ONSET_TAIL:])
-    if peaks[-1] < envelope[-2] or tail is None or tail.slope < settings.deceleration_ratio * line.slope:
+    if peaks[-1] < envelope[-2] or not climbing(ts, envelope, line.slope, settings):
         return None
     level = envelope[-1] + line.slope * max(0.0, now_s - (ts[-1] + series.bucket_s))
     eta = max(0.0, (ceiling - level) / line.slope)
