@@ -73,6 +73,8 @@ bench: $(STAMP)
 	$(BIN)/memoryguard-kuberay bench
 	rm -rf .bench-drawn && $(BIN)/memoryguard-kuberay gen-traces --random 60 --seed 2026 .bench-drawn
 	$(BIN)/memoryguard-kuberay bench .bench-drawn --no-cost
+	rm -rf .bench-field && $(BIN)/memoryguard-kuberay gen-traces --field 4 --seed 39 .bench-field
+	$(BIN)/memoryguard-kuberay bench .bench-field --no-cost
 	$(BIN)/memoryguard-kuberay bench examples/recorded --guard examples/guards/test-profile.yaml --safety-seconds 60 --no-cost
 
 # Regenerate the project's example traces (deterministic for the seed).

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from memoryguard_kuberay.core import commands
+from memoryguard_kuberay.core.traceshapes import FIELD_BEHAVIOURS
 
 LEAK = str(commands.examples_dir() / "leak_steady.csv")
 HEALTHY = str(commands.examples_dir() / "healthy_gc_sawtooth.csv")
@@ -74,6 +75,26 @@ def test_bench_json_and_gen_traces(tmp_path: Path) -> None:
     assert set(doc) == {"policy", "baseline", "traces", "cost"}
     assert doc["cost"]["samples"] > 0 and doc["cost"]["us_per_sample"] > 0
     assert len(doc["traces"]) == 6
+
+
+def test_gen_traces_field_writes_each_shape_with_the_columns_its_source_gives(tmp_path: Path) -> None:
+    r = mg("gen-traces", str(tmp_path), "--field", "1", "--seed", "5")
+    assert r.returncode == 0, r.stderr
+    labels = json.loads((tmp_path / "labels.json").read_text())
+    assert {n.rsplit("_", 1)[0] for n in labels} == set(FIELD_BEHAVIOURS)
+
+    def header_and_first(name: str) -> dict[str, str]:
+        with (tmp_path / f"{name}_00.csv").open() as f:
+            return dict(zip(f.readline().strip().split(","), f.readline().strip().split(",")))
+
+    no_limit = header_and_first("no_limit_leak")
+    assert no_limit["memory_max"] == "" and int(no_limit["node_available"]) > 0
+    at_high = header_and_first("memory_high_held")
+    assert int(at_high["memory_high"]) < int(at_high["memory_max"]) and "events_high" in at_high
+    unspilled = header_and_first("store_full_unspilled")
+    assert unspilled["plasma_spilled"] == "" and int(unspilled["plasma_capacity"]) > 0
+    assert labels["no_limit_leak_00"]["kind"] == "leak" and labels["no_limit_leak_00"]["oom_at_s"] is not None
+    assert labels["morning_surge_00"]["kind"] == "healthy" and labels["morning_surge_00"]["oom_at_s"] is None
 
 
 COMMANDS = [[], ["simulate"], ["bench"], ["gen-traces"], ["sidecar"], ["record"], ["operator"], ["uninstall"],

@@ -9,9 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
-from memoryguard_kuberay.core.policy import Action, PodWindow, Reason, RotationHistory, decide
+from memoryguard_kuberay.core.policy import Action, PodWindow, Reason, RotationHistory, decide, detectors
+from memoryguard_kuberay.core.policy.detectors import Observation
 from memoryguard_kuberay.core.policy.types import Decision
 from memoryguard_kuberay.core.policy.window import HoldTimer
+from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
 
 from .helpers import GIB, LIMIT, first_rotation, run, sample, series, window_of
@@ -271,11 +273,20 @@ def test_unknown_spilling_is_not_zero_a_full_store_alone_with_flat_memory_never_
 
 
 def test_unknown_spilling_with_memory_growing_rotates_and_says_spilling_is_unknown() -> None:
-    rotations = [d for _, d in _full_store(lambda t: 0.3 + 0.05 * t / 3600, spilled=None, hours=12)
+    # 5% of the limit an hour from 30%: the OOM at 14 h.
+    rotations = [d for _, d in _full_store(lambda t: 0.3 + 0.05 * t / 3600, spilled=None, hours=14)
                  if d.action is Action.ROTATE]
     assert rotations
     full = [d for d in rotations if d.reason is Reason.OBJECT_STORE_FULL]
     assert all("spilling unknown" in d.message for d in full)
+
+
+def test_unknown_spilling_with_memory_growing_far_from_its_oom_waits_for_the_horizon() -> None:
+    """Issue 39's drawn pods (a full store, no spill figure, a leak of the
+    processes' own memory) were rotated by the store rule 6-15 hours before
+    their OOM: growth is the trend's to time, within ``horizonSeconds``."""
+    decisions = _full_store(lambda t: 0.3 + 0.05 * t / 3600, spilled=None, hours=9)  # 75% at the end
+    assert not [d for _, d in decisions if d.action is Action.ROTATE], [d.message for _, d in decisions][-3:]
 
 
 # A pod's start is a step (Ray's processes starting, imports, the first
@@ -318,7 +329,7 @@ def test_a_pods_start_is_a_step_not_a_pace(name: str, rest: Callable[[float], fl
         assert window[0] <= t <= window[1], f"{name}: rotated at {t:.0f} s"
 
 
-def _store_full_with_shmem(anon_per_h: float, hours: float = 8) -> list[tuple[float, Decision]]:
+def _store_full_with_shmem(anon_per_h: float, hours: float = 8) -> list[Sample]:
     """A store held 97% full, spilling unknown, its pages (shmem) rising
     2 GiB/h as Plasma touches more of its mapping; anon as given."""
     out = []
@@ -327,12 +338,22 @@ def _store_full_with_shmem(anon_per_h: float, hours: float = 8) -> list[tuple[fl
         anon = int(0.25 * LIMIT + anon_per_h * LIMIT * s.time_s / 3600)
         out.append(dataclasses.replace(s, anon_bytes=anon, shmem_bytes=shmem, file_bytes=GIB,
                                        memory_current_bytes=anon + shmem + GIB, plasma_spilled_bytes=None))
-    return run(out)
+    return out
 
 
 def test_a_store_filling_its_own_pages_is_not_the_process_growing() -> None:
     """Issue 39: memory in use counts the store's shmem; with spilling unknown
     a healthy pod whose store touches more pages was rotated as if it grew."""
-    assert not [d for _, d in _store_full_with_shmem(anon_per_h=0.0) if d.action is Action.ROTATE]
-    grown = [d for _, d in _store_full_with_shmem(anon_per_h=0.02, hours=10) if d.action is Action.ROTATE]
-    assert grown and any("anon" in d.message for d in grown if d.reason is Reason.OBJECT_STORE_FULL), grown[:1]
+    assert not [d for _, d in run(_store_full_with_shmem(anon_per_h=0.0)) if d.action is Action.ROTATE]
+    # The processes growing 6% of the limit an hour: beside the store's
+    # pages (a quarter of the limit) the OOM comes at about 8.3 h. The pod is
+    # rotated before it; and the store rule, read where the OOM is within
+    # the horizon (7 h), reads anon and says so, and not for the flat pod.
+    grown = _store_full_with_shmem(anon_per_h=0.06, hours=10)
+    rotation = first_rotation(run(grown))
+    assert rotation is not None and rotation < 7.8 * 3600, rotation
+    at = next(i for i, smp in enumerate(grown) if smp.time_s >= 7 * 3600)
+    verdict = detectors.store_full(Observation.at(window_of(grown[: at + 1]), PolicySettings(), 7 * 3600))
+    assert verdict.fired and "anon" in verdict.note and "projected OOM in" in verdict.note, verdict
+    flat = _store_full_with_shmem(anon_per_h=0.0, hours=10)
+    assert not detectors.store_full(Observation.at(window_of(flat[: at + 1]), PolicySettings(), 7 * 3600)).fired

@@ -52,3 +52,25 @@ def test_a_guards_pressure_percent_is_a_percent() -> None:
     # 0.1% (read as a fraction until this test, with a CRD default of 1000).
     assert PolicySettings.from_spec({"policy": {"pressureFullPercent": 10}}).pressure_full_pct == 10.0
     assert PolicySettings.from_spec({"policy": {"pressureMinUsagePercent": 85}}).pressure_min_usage_fraction == 0.85
+
+
+def test_a_pod_held_at_a_memory_high_above_critical_is_not_rotated_unless_the_guard_says_so() -> None:
+    # MemoryQoS with a low request puts memory.high at 95% of the limit: a
+    # pod living there reads 97% in use for hours, held by the kernel.
+    high = int(LIMIT * 0.95)
+
+    def held(t: int, used: int) -> Sample:
+        return Sample(time_s=float(t), memory_current_bytes=used + GIB // 64, memory_max_bytes=LIMIT,
+                      anon_bytes=used, file_bytes=GIB // 64, inactive_file_bytes=0, shmem_bytes=0,
+                      psi_some_avg10_pct=30.0, psi_full_avg10_pct=20.0, oom_kill_count=0, memory_high_bytes=high)
+
+    at_high_97 = [held(t, int(LIMIT * 0.97)) for t in range(0, 6 * 3600, 30)]
+    assert replay("held", at_high_97, PolicySettings()).first_rotation_s is None
+    judged_as_any = PolicySettings.from_spec({"policy": {"memoryHighHolds": False}})
+    result = replay("held-any", at_high_97, judged_as_any)
+    assert result.first_rotation_s is not None
+    assert result.decisions[-1].decision.reason in (Reason.CRITICAL_USAGE, Reason.MEMORY_PRESSURE)
+    # Past halfway from memory.high to memory.max it is escaping the throttle: critical as before.
+    escaping = [held(t, int(LIMIT * 0.985)) for t in range(0, 6 * 3600, 30)]
+    result = replay("escaping", escaping, PolicySettings())
+    assert result.first_rotation_s is not None and result.decisions[-1].decision.reason is Reason.CRITICAL_USAGE

@@ -16,7 +16,13 @@ from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.simulate import replay
 from memoryguard_kuberay.core.tracegen import generate, labels_for
 from memoryguard_kuberay.core.traces import TraceError, iter_samples, read_labels, write_trace
-from memoryguard_kuberay.core.traceshapes import BEHAVIOURS, behaviour_shape, example_shapes
+from memoryguard_kuberay.core.traceshapes import (
+    BEHAVIOURS,
+    FIELD_BEHAVIOURS,
+    behaviour_shape,
+    example_shapes,
+    field_shapes,
+)
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
 
@@ -65,6 +71,42 @@ def test_behaviours_drawn_afresh(behaviour: str) -> None:
         firsts[shape.name] = replay(shape.name, samples, PolicySettings()).first_rotation_s
     result = scoring.score(labels, firsts)
     assert result.missed == 0 and result.false_rotations == 0, result.rows
+
+
+@pytest.mark.parametrize("behaviour", FIELD_BEHAVIOURS)
+def test_the_shapes_real_nodes_produce_drawn_afresh(behaviour: str) -> None:
+    """Issue 39's shapes, each a leak or its healthy twin (a full store with
+    no spill figure, a serving pod's day, memory.high, no memory limit),
+    drawn with seeds no documented set uses: every leak caught at least 30
+    minutes before its OOM (a pod with no limit: before the node runs out),
+    no healthy pod rotated. A serving pod starts here within its day's
+    traffic: a first morning's surge to 86% or more within the hour is the
+    known limit (docs/how-it-works.md), every later one has the day before."""
+    shapes = [behaviour_shape(behaviour, f"{behaviour}_{k}", random.Random(9100 + k), 9100 + k) for k in range(2)]
+    if behaviour in ("morning_surge", "traffic_leak"):
+        # Started two hours into the day's traffic.
+        shapes = [dataclasses.replace(s, diurnal_phase_s=s.surge_at_s + s.surge_ramp_s + 7200)
+                  for s in shapes]
+    labels, firsts = {}, {}
+    for shape in shapes:
+        samples = list(generate(shape))
+        labels[shape.name] = labels_for(shape, samples)
+        firsts[shape.name] = replay(shape.name, samples, PolicySettings()).first_rotation_s
+    result = scoring.score(labels, firsts, safety_s=1800)
+    assert result.missed == 0 and result.false_rotations == 0, result.rows
+
+
+def test_a_serving_pods_day_at_its_peak_is_not_replaced_by_the_ladder() -> None:
+    """Two drawn serving pods' days that the ladder replaced at their peak
+    (issue 39's shapes, seed 39): the plateau's noise read as growth after
+    a shed, climbing where the pod was the day before. The policy's trend
+    rules want new ground; so does the ladder's replacement now."""
+    drawn = {s.name: s for s in field_shapes(6, 39)}
+    for name in ("morning_surge_01", "morning_surge_03"):
+        samples = list(generate(drawn[name]))
+        result = replay(name, samples, PolicySettings())
+        assert result.first_rotation_s is None, [td.decision.message for td in result.decisions
+                                                 if td.decision.action.value == "rotate"]
 
 
 def test_trace_round_trip_keeps_unknowns() -> None:

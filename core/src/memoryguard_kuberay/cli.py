@@ -50,8 +50,13 @@ def _parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("gen-traces", help="write synthetic traces and labels.json")
     g.add_argument("out_dir", metavar="DIR", help="where to write the traces and labels.json (made if missing)")
-    g.add_argument("--random", type=_positive_int, metavar="N",
-                   help="N pods (1 or more) from wide random ranges (default: the examples)")
+    which = g.add_mutually_exclusive_group()
+    which.add_argument("--random", type=_positive_int, metavar="N",
+                       help="N pods (1 or more) from wide random ranges (default: the examples)")
+    which.add_argument("--field", type=_positive_int, metavar="N",
+                       help="N pods of each of the shapes real nodes produce (issue 39), each a leak and its "
+                            "healthy twin: a full store with no spill figure, a serving pod's day, memory.high, "
+                            "no memory limit")
     g.add_argument("--seed", type=int, default=7, help="random seed (default 7: the examples)")
 
     # Listed for --help; their own parsers take their arguments (see main).
@@ -107,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bench":
             return _bench(args)
         if args.command == "gen-traces":
-            return commands.gen_traces(args.out_dir, random_n=args.random, seed=args.seed)
+            return commands.gen_traces(args.out_dir, random_n=args.random, field_n=args.field, seed=args.seed)
     except commands.UsageError as exc:
         print(f"memoryguard-kuberay: {exc}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
 from memoryguard_kuberay.core.simulate import NO_EFFECTS, Replay, StepEffects, replay
 from memoryguard_kuberay.core.tracegen import generate, labels_for
 from memoryguard_kuberay.core.traces import Trace, TraceError, read_labels, read_trace, trace_files, write_trace
-from memoryguard_kuberay.core.traceshapes import example_shapes, random_shapes
+from memoryguard_kuberay.core.traceshapes import example_shapes, field_shapes, random_shapes
 
 EXAMPLES_SEED = 7  # the seed the project's example traces were made with
 
@@ -328,8 +328,10 @@ def bench(directory: str, *, labels_path: str | None, guard: str | None, as_json
     return {"policy": pol.totals(), "baseline": bas.totals(), **({"unreadable": unreadable} if unreadable else {})}
 
 
-def gen_traces(out_dir: str, *, random_n: int | None, seed: int, progress: IO[str] = sys.stderr) -> int:
-    shapes = random_shapes(random_n, seed) if random_n else example_shapes(seed)
+def gen_traces(out_dir: str, *, random_n: int | None, seed: int, field_n: int | None = None,
+               progress: IO[str] = sys.stderr) -> int:
+    shapes = (random_shapes(random_n, seed) if random_n else field_shapes(field_n, seed) if field_n
+              else example_shapes(seed))
     d = Path(out_dir)
     if d.exists() and not d.is_dir():
         raise UsageError(f"{out_dir}: exists and is not a directory (gen-traces writes a folder of traces)")

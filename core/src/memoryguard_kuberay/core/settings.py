@@ -79,6 +79,12 @@ POLICY_FIELDS: tuple[Field, ...] = (
     Field("policy.pressureMinUsagePercent", Kind.NUMBER, 85,
           "Pressure only counts with the working set at or above this share.",
           unit="percent", minimum=0, maximum=100, attr="pressure_min_usage_fraction", percent=True),
+    Field("policy.memoryHighHolds", Kind.BOOL, True,
+          "A pod held at its memory.high (cgroup v2, set below memory.max: Kubernetes' MemoryQoS, or by hand) "
+          "is the kernel's doing, not a risk: its stalls there, and its usage up to halfway from memory.high to "
+          "memory.max, are no reason to rotate; its growth toward memory.max is judged by the trend. false: "
+          "judged as any pod.",
+          attr="memory_high_holds"),
     # Object store (Plasma).
     Field("policy.objectStoreFullPercent", Kind.NUMBER, 95,
           "The object store is full at this occupancy; its trend is projected to this point.",
@@ -180,6 +186,7 @@ class PolicySettings:
     pressure_full_pct: float = _default("pressure_full_pct")
     pressure_for_s: int = _default("pressure_for_s")
     pressure_min_usage_fraction: float = _default("pressure_min_usage_fraction")
+    memory_high_holds: bool = _default("memory_high_holds")
     store_full_fraction: float = _default("store_full_fraction")
     store_full_for_s: int = _default("store_full_for_s")
     plateau_min_fraction: float = _default("plateau_min_fraction")

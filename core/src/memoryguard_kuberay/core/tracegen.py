@@ -84,6 +84,30 @@ class Shape:
     ramp_at_s: float = 0.0
     ramp_to: float = 0.0
     ramp_s: float = 3600.0
+    # A serving pod's day (issue 39): from surge_at_s into its day (give or
+    # take half an hour, drawn per day) the working set climbs by surge_to
+    # (of the limit) over surge_ramp_s, holds for surge_hold_s of traffic and
+    # is released at night as steeply. leak_in_surge: the leak (leak_per_h)
+    # grows only while the traffic flows.
+    surge_to: float = 0.0
+    surge_at_s: float = 8 * 3600.0
+    surge_ramp_s: float = 2700.0
+    surge_hold_s: float = 10 * 3600.0
+    leak_in_surge: bool = False
+    # cgroup v2 memory.high at this share of the limit (0: not set). Above it
+    # the kernel reclaims the page cache and throttles allocations: of what
+    # the workload asks past it, only high_give is charged (the rest waits,
+    # stalled), so a pod lives at memory.high and a leak under it is slowed.
+    memory_high: float = 0.0
+    high_give: float = 0.3
+    # No memory limit: the pod's fractions are of limit_gib (what it was
+    # sized for), its ceiling the node's node_gib less the other pods'
+    # node_others share and the kubelet's eviction threshold; the trace
+    # writes no memory_max and the node's available memory instead.
+    node_gib: float = 0.0
+    node_others: float = 0.5
+    # Ray gives the store's use but no spilled-bytes figure.
+    no_spill_metric: bool = False
     # Sidecar outages: this many gaps of 10-60 minutes with no rows.
     gaps: int = 0
     no_psi: bool = False  # a host without PSI: pressure columns empty
@@ -127,6 +151,26 @@ def _epochs(rng: random.Random, shape: Shape) -> list[float]:
     return starts
 
 
+# The kubelet's default hard eviction threshold (memory.available<100Mi):
+# where a pod with no limit runs the node out.
+EVICTION_THRESHOLD_BYTES = 100 * 1024**2
+
+
+def _surge(shape: Shape, day_starts: list[float], t: float) -> float:
+    """The day's traffic, 0 at night to 1 while it flows: up over
+    ``surge_ramp_s`` from the day's start, held, and down as steeply (a
+    day's surge may run past midnight into the next)."""
+    local = t + shape.diurnal_phase_s
+    day = int(local // DAY_S)
+    flow = 0.0
+    for d in (day - 1, day):
+        if d >= 0:
+            into = local - (d * DAY_S + day_starts[d])
+            left = shape.surge_hold_s + 2 * shape.surge_ramp_s - into
+            flow = max(flow, min(1.0, into / shape.surge_ramp_s, left / shape.surge_ramp_s))
+    return flow
+
+
 def generate(shape: Shape) -> Iterator[Sample]:
     rng = random.Random(shape.seed)
     # The behaviours of issue 13 draw from their own generator, so the
@@ -140,12 +184,23 @@ def generate(shape: Shape) -> Iterator[Sample]:
                                           shape.duration_s / (shape.gaps + 1)), (600.0, 3600.0), shape.duration_s)
                [:shape.gaps] if shape.gaps else [])
     epochs = _epochs(extra, shape) if shape.epoch_amp or shape.epoch_residue else []
+    # Issue 39's shapes draw from a generator of their own (the same reason).
+    field = random.Random(shape.seed * 104729 + 39)
+    days = int((shape.duration_s + shape.diurnal_phase_s) // DAY_S) + 2
+    day_starts = [shape.surge_at_s + field.uniform(-1800, 1800) for _ in range(days)] if shape.surge_to else []
+    node = int(shape.node_gib * GIB)
+    high_events = 0
     spilled = 0.0
     leak_acc = 0.0
     t = 0.0
     while t <= shape.duration_s:
         raised = shape.limit_raise_at_s and t >= shape.limit_raise_at_s
         limit = int(shape.limit_raise_to_gib * GIB) if raised else limit0
+        if node:  # no limit: the pod's ceiling is what the node has left it
+            others = int((shape.node_others + field.gauss(0.0, 0.002)) * node)
+            limit = node - others - EVICTION_THRESHOLD_BYTES
+        flow = _surge(shape, day_starts, t) if day_starts else 0.0
+        frac_surge = shape.surge_to * flow
         frac = shape.base + rng.gauss(0.0, shape.noise)
         if shape.sawtooth_amp:
             frac += shape.sawtooth_amp * ((t % shape.sawtooth_period_s) / shape.sawtooth_period_s)
@@ -159,7 +214,12 @@ def generate(shape: Shape) -> Iterator[Sample]:
             frac += shape.ramp_to * min(1.0, (t - shape.ramp_at_s) / shape.ramp_s)
         if shape.spike_amp and (t % shape.spike_every_s) < shape.spike_len_s:
             frac += shape.spike_amp
-        if shape.leak_peak_only:
+        frac += frac_surge
+        if shape.leak_in_surge:
+            if t > shape.leak_start_s and flow >= 0.5:
+                leak_acc += shape.leak_per_h * shape.interval_s / 3600
+            frac += leak_acc
+        elif shape.leak_peak_only:
             if t > shape.leak_start_s:
                 day = max(0.0, math.sin(w * (t + shape.diurnal_phase_s)))
                 leak_acc += day * 2 * shape.leak_per_h * shape.interval_s / 3600
@@ -195,6 +255,13 @@ def generate(shape: Shape) -> Iterator[Sample]:
         # and is reclaimed, inactive first, as the unreclaimable part grows:
         # the OOM killer comes when nothing is left to reclaim.
         kernel = int(0.004 * limit0)
+        high = int(shape.memory_high * limit) if shape.memory_high else None
+        over_high = 0
+        if high is not None and ws + kernel > high:
+            # Throttled: only a share of what is asked past memory.high is charged.
+            over_high = ws + kernel - high
+            ws = high - kernel + int(over_high * shape.high_give)
+            high_events += 1 + int(over_high * 64 // limit0)
         oom = ws + kernel >= limit
         ws = min(ws, limit - kernel)
         inactive_want = int(0.025 * limit0 * (1 + 0.2 * rng.random()))
@@ -204,6 +271,8 @@ def generate(shape: Shape) -> Iterator[Sample]:
             active_want += int(want * shape.cache_active_share)
             inactive_want += want - int(want * shape.cache_active_share)
         room = limit - ws - kernel
+        if high is not None:  # the kernel reclaims the page cache down to memory.high
+            room = max(0, min(room, high - ws - kernel))
         active = min(active_want, room)
         inactive = min(inactive_want, room - active)
         shmem = min(plasma + int(0.001 * limit0), ws)
@@ -214,16 +283,22 @@ def generate(shape: Shape) -> Iterator[Sample]:
         # Reclaim stalls (PSI) once little is left to reclaim.
         tight = 1 - room / limit
         pressure = 60.0 if oom else ((tight - 0.9) * 400 if tight > 0.9 else rng.random() * 0.4)
+        if over_high:  # stalled on the throttle: 12-60% of the time, the more the further past
+            pressure = max(pressure, min(60.0, 12.0 + 48.0 * over_high / (0.1 * limit0)) + field.gauss(0.0, 2.0))
         if _inside(outages, t) is None or oom:
             yield Sample(
-                time_s=t, memory_current_bytes=current, memory_max_bytes=limit,
+                time_s=t, memory_current_bytes=current, memory_max_bytes=None if node else limit,
                 anon_bytes=anon, file_bytes=file_b, inactive_file_bytes=inactive, shmem_bytes=shmem,
                 plasma_used_bytes=None if shape.no_store_metrics else plasma,
                 plasma_capacity_bytes=None if shape.no_store_metrics else cap,
-                plasma_spilled_bytes=None if shape.no_store_metrics or not shape.store_hold else int(spilled),
+                plasma_spilled_bytes=(None if shape.no_store_metrics or shape.no_spill_metric or not shape.store_hold
+                                      else int(spilled)),
                 psi_some_avg10_pct=None if shape.no_psi else round(min(100.0, pressure * 1.5), 2),
                 psi_full_avg10_pct=None if shape.no_psi else round(min(100.0, pressure), 2),
                 oom_kill_count=1 if oom else 0,
+                memory_high_bytes=high, high_events_count=None if high is None else high_events,
+                max_events_count=None if high is None else int(oom),
+                node_available_bytes=max(0, node - others - (current - file_b)) if node else None,
             )
         if oom:
             return

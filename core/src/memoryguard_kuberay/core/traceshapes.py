@@ -132,7 +132,80 @@ def behaviour_shape(behaviour: str, name: str, rng: random.Random, seed: int) ->
         return Shape(name, "healthy" if behaviour == "limit_raised" else "leak", base=base, leak_start_s=leak_at,
                      limit_raise_at_s=raise_at, limit_raise_to_gib=to, grow_into=grow, grow_s=u(0.5, 4) * 3600,
                      leak_per_h=leak, sawtooth_amp=rng.choice([0.0, u(0.02, 0.06)]), duration_s=60 * 3600, **common)
+    if behaviour in FIELD_BEHAVIOURS:
+        return _field_shape(behaviour, name, rng, common)
     raise ValueError(f"unknown behaviour {behaviour!r}")
+
+
+def _field_shape(behaviour: str, name: str, rng: random.Random, common: dict[str, Any]) -> Shape:
+    """Issue 39's shapes, each a leak and its healthy twin: a full store
+    with no spill figure, a serving pod's day, memory.high, no limit."""
+    u = rng.uniform
+    store = common["store_capacity_frac"] * common["store_base"]
+    if behaviour in ("store_full_unspilled", "store_full_unspilled_leak"):
+        # A pipeline fills Plasma and holds it full (its shmem climbing
+        # 2-17 GiB/h while it fills); Ray gives no spilled-bytes figure.
+        hold = u(0.9, 1.02)
+        full = common["store_capacity_frac"] * min(1.0, hold)
+        base = u(0.15, 0.5)
+        saw = rng.choice([0.0, u(0.02, 0.06)])
+        leak = behaviour.endswith("_leak")
+        to_oom_h = u(3, 20)
+        return Shape(name, "leak" if leak else "healthy", base=base, store_hold=hold, store_fill_s=u(900, 3600),
+                     no_spill_metric=True, sawtooth_amp=saw, sawtooth_period_s=u(300, 1800),
+                     leak_start_s=u(2, 10) * 3600 if leak else 0.0,
+                     leak_per_h=(1 - base - full - saw) / to_oom_h if leak else 0.0,
+                     duration_s=u(30, 40) * 3600, **common)
+    if behaviour in ("morning_surge", "traffic_leak"):
+        # Traffic from a morning hour, ramped up in 30-60 minutes, held for
+        # the day, released at night. Healthy: 86-93% at the peak, every day
+        # alike. The leak grows only while traffic flows (none at night).
+        base = u(0.15, 0.4)
+        hold_h = u(8, 14)
+        leak = behaviour == "traffic_leak"
+        peak = u(0.6, 0.8) if leak else u(0.86, 0.93)
+        days_to_oom = u(2, 5)
+        return Shape(name, "leak" if leak else "healthy", base=base, surge_to=peak - base - store,
+                     surge_at_s=u(6, 10) * 3600, surge_ramp_s=u(1800, 3600), surge_hold_s=hold_h * 3600,
+                     leak_in_surge=leak, leak_per_h=(1 - peak) / (days_to_oom * (hold_h + 1)) if leak else 0.0,
+                     duration_s=(days_to_oom + 3) * 24 * 3600 if leak else u(72, 96) * 3600, **common)
+    if behaviour in ("memory_high_held", "memory_high_leak"):
+        # memory.high below the limit (MemoryQoS's request + 90% of the way
+        # to the limit, or set by hand): the pod lives there, its page cache
+        # reclaimed and its allocations past it throttled at peak hours.
+        high = u(0.75, 0.95)
+        give = u(0.15, 0.5)
+        if behaviour == "memory_high_held":
+            past = u(0.02, 0.12)  # asked past memory.high at the day's peak
+            give = min(give, 0.5 * (1 - high) / past)
+            amp = u(0.1, 0.3)
+            return Shape(name, "healthy", base=high + past - amp - store, diurnal_amp=amp, memory_high=high,
+                         high_give=give, cache_mask_to=u(0.9, 0.99), cache_active_share=u(0.2, 0.8),
+                         duration_s=u(48, 72) * 3600, **common)
+        # A leak under it: slowed by the throttle, it still meets the limit.
+        per_h = (1 - high) / give / u(4, 20)
+        return Shape(name, "leak", base=max(0.1, high - store - per_h * u(2, 8)), leak_per_h=per_h,
+                     memory_high=high, high_give=give, cache_mask_to=u(0.9, 0.99),
+                     diurnal_amp=rng.choice([0.0, u(0.02, 0.05)]), duration_s=60 * 3600, **common)
+    # No memory limit: the pod could take 1.2-3 times what it was sized for
+    # before the node (its other pods at 30-60%) runs out.
+    others = u(0.3, 0.6)
+    room = u(1.2, 3.0)
+    node = dict(node_gib=common["limit_gib"] * room / (1 - others), node_others=others)
+    base = u(0.3, 0.6)
+    if behaviour == "no_limit_daily":
+        amp = min(u(0.1, 0.4), 0.8 * room - base - store)
+        return Shape(name, "healthy", base=base, diurnal_amp=amp, cache_mask_to=u(0.0, 0.5),
+                     duration_s=u(48, 72) * 3600, **node, **common)
+    return Shape(name, "leak", base=base, leak_start_s=u(0, 10) * 3600, leak_per_h=(room - base - store) / u(5, 40),
+                 diurnal_amp=rng.choice([0.0, u(0.02, 0.1)]), duration_s=60 * 3600, **node, **common)
+
+
+# Issue 39's shapes, each pair a leak and its healthy twin; drawn apart from
+# BEHAVIOURS so the random sets drawn before them stay what they were.
+FIELD_BEHAVIOURS: tuple[str, ...] = ("store_full_unspilled", "store_full_unspilled_leak", "morning_surge",
+                                     "traffic_leak", "memory_high_held", "memory_high_leak", "no_limit_daily",
+                                     "no_limit_leak")
 
 
 BEHAVIOURS: tuple[str, ...] = ("store_held_full", "bursts", "daily_peak", "sudden_leak", "epoch_residue",
@@ -170,6 +243,14 @@ def _legacy_shape(i: int, rng: random.Random, seed: int) -> Shape:
                      warmup_amp=rng.choice([0.0, u(0.05, 0.2)]), **common)
     return Shape(f"rand{i:03d}_plasma", "plasma_leak", base=u(0.15, 0.35), duration_s=48 * 3600,
                  store_leak_per_h=u(0.02, 0.12), leak_start_s=u(0, 6) * 3600, **common)
+
+
+def field_shapes(n: int, seed: int) -> list[Shape]:
+    """``n`` pods of each of issue 39's shapes (``FIELD_BEHAVIOURS``), drawn
+    from wide ranges."""
+    rng = random.Random(seed)
+    return [behaviour_shape(b, f"{b}_{k:02d}", random.Random(rng.random()), seed * 1000 + i)
+            for k in range(n) for i, b in enumerate(FIELD_BEHAVIOURS, k * len(FIELD_BEHAVIOURS))]
 
 
 def random_shapes(n: int, seed: int) -> list[Shape]:

@@ -288,13 +288,18 @@ def store_full(obs: Observation) -> Verdict:
     series = obs.window.anon if anon else obs.window.used
     if series is None:
         return NO
-    growth = project(series, now_s=obs.now_s, ceiling=OOM_AT * limit,
+    # Projected to where it meets the OOM beside the store's pages, within
+    # the policy's horizon as any growth: a full store that may be spilling
+    # is no harm of its own, and a process growing for days is the trend's
+    # to time (issue 39's drawn pods: rotated 6-15 h before their OOM).
+    beside = (last.shmem_bytes or 0) if anon and last is not None else 0
+    growth = project(series, now_s=obs.now_s, ceiling=OOM_AT * limit - beside,
                      min_slope_per_s=s.min_growth_fraction_per_h * limit / 3600.0, settings=s)
-    if growth is None or not growth.sustained:
+    if growth is None or not growth.sustained or growth.eta_s is None or growth.eta_s > s.horizon_s:
         return NO
     what = "the processes' own memory (anon)" if anon else "memory in use"
     return Verdict(True, f"{full}, spilling unknown (the raylet's metrics say nothing of it) and {what} growing "
-                         f"{fmt_rate(growth.slope_per_s * 3600.0)}")
+                         f"{fmt_rate(growth.slope_per_s * 3600.0)}, {fmt_oom_in(growth.eta_s)}")
 
 
 def high_usage(obs: Observation) -> Verdict:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from memoryguard_kuberay.core.policy.detectors import new_ground
 from memoryguard_kuberay.core.policy.trend import median, theil_sen
 from memoryguard_kuberay.core.policy.types import Action, Decision, Reason
 from memoryguard_kuberay.core.policy.window import PodWindow
@@ -333,7 +334,7 @@ def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, wi
             # the pod gets there, still growing since the shed, the ladder asks
             # for the replacement, as it would have at the judgement.
             since_shed = creep_between(window, step.since_s, now_s + 1)
-            if _still_heading_for_oom(decision, settings, since_shed):
+            if _still_heading_for_oom(decision, settings, since_shed, window, now_s):
                 used = used_near(window, now_s, decision.evidence.used_bytes, level_span_s(settings))
                 replace = Step(Rung.REPLACE, level, now_s, used if used is not None else step.used_bytes,
                                since_shed, Effect.NO_EFFECT, step.store_fraction)
@@ -370,7 +371,8 @@ def climb(*, settings: PolicySettings, step: Step | None, decision: Decision, wi
     if step.rung is Rung.RECLAIM and level.rank >= Level.HIGH.rank:
         return _escalate(Rung.SHED, level, decision, window, settings, now_s,
                          f"{why}: {judged.message}; shed asked", judged, step, shed_waits)
-    if step.rung is Rung.SHED and _still_heading_for_oom(decision, settings, judged.creep_after_bytes_per_h):
+    if step.rung is Rung.SHED and _still_heading_for_oom(decision, settings, judged.creep_after_bytes_per_h,
+                                                           window, now_s):
         replace = Step(Rung.REPLACE, level, now_s, step.used_bytes - judged.freed_bytes,
                        judged.creep_after_bytes_per_h, Effect.NO_EFFECT, judged.store_after)
         return Move(level, Rung.REPLACE, replace,
@@ -394,17 +396,24 @@ def _escalate(rung: Rung, level: Level, decision: Decision, window: PodWindow, s
     return Move(level, rung, asked, message, started=True, judged=judged)
 
 
-def _still_heading_for_oom(decision: Decision, settings: PolicySettings, after: float | None) -> bool:
+def _still_heading_for_oom(decision: Decision, settings: PolicySettings, after: float | None, window: PodWindow,
+                           now_s: float) -> bool:
     """A shed that did not move a pod already at ``shedPercent`` whose
     growth goes on (after the shed, above the policy's floor of growth) and
-    the policy projects to the limit within its own rotation horizon: growth
-    the workload cannot stop. A pod that sits high without growing, or whose
-    climb is only projected from afar (a morning's ramp), is not replaced by
-    the ladder: measured on the examples, the shed horizon alone rotated two
-    healthy pods."""
+    the policy projects to the limit within its own rotation horizon, onto
+    new ground as the policy's trend rules want it: growth the workload
+    cannot stop. A pod that sits high without growing, whose climb is only
+    projected from afar (a morning's ramp), or that climbs where it was a
+    day ago (a serving pod's day at its peak, its noise read as growth) is
+    not replaced by the ladder: measured on the examples, the shed horizon
+    alone rotated two healthy pods; without the day back, two of six
+    drawn serving pods' days (issue 39's shapes)."""
     ev = decision.evidence
     ceiling = _ceiling(decision) or 0
     noise = settings.min_growth_fraction_per_h * ceiling
     high = ev.used_bytes is not None and ceiling > 0 and ev.used_bytes >= settings.shed_fraction * ceiling
     return (high and ev.projected_oom_s is not None and ev.projected_oom_s <= settings.horizon_s
-            and after is not None and after > noise)
+            and after is not None and after > noise
+            and bool(window.used.buckets)
+            and new_ground(window, since_s=now_s - settings.trend_window_s, level=window.used.buckets[-1].mean,
+                           limit=int(ceiling)))

@@ -338,10 +338,16 @@ class PodWindow:
             self.last_spill_known_s = t
 
         gap = s.stale_after_s  # samples further apart than this do not make one run
-        self.critical.update(t, sample.used_fraction, s.critical_fraction, s.critical_fraction - s.hysteresis_fraction,
-                             gap)
+        holds = s.memory_high_holds and throttled_at_high(sample)
+        used_fraction = sample.used_fraction
+        if used_fraction is not None and holds and held_at_high(sample):
+            # The kernel holds the pod at memory.high (issue 39: MemoryQoS sets
+            # it to 95% of the limit and more where requests are low): usage
+            # there is where the kernel keeps it, not a step from the OOM.
+            used_fraction = 0.0
+        self.critical.update(t, used_fraction, s.critical_fraction, s.critical_fraction - s.hysteresis_fraction, gap)
         full_psi = sample.psi_full_avg10_pct
-        if full_psi is not None and throttled_at_high(sample):
+        if full_psi is not None and holds:
             # Stalls above memory.high are the kernel holding the pod there by
             # design (it reclaims and throttles; it never OOM-kills at
             # memory.high): no risk of an OOM kill in themselves. A leak under
@@ -398,3 +404,12 @@ def throttled_at_high(sample: Sample) -> bool:
     if high is None or current is None or (limit is not None and high >= limit):
         return False
     return current >= HIGH_NEAR_FRACTION * high
+
+
+def held_at_high(sample: Sample) -> bool:
+    """At memory.high and no further than halfway on to memory.max: where
+    the kernel's throttling holds a pod. Past halfway it is escaping it."""
+    high, current, limit = sample.memory_high_bytes, sample.memory_current_bytes, sample.memory_max_bytes
+    if not throttled_at_high(sample) or high is None or current is None:
+        return False
+    return limit is None or current <= high + (limit - high) / 2
