@@ -222,3 +222,25 @@ def test_a_warm_ups_tail_on_a_slow_sawtooths_rise_is_not_read_under_a_sawtooth()
         said = [td.decision.message for td in replay(shape.name, list(generate(shape)), PolicySettings()).decisions
                 if td.decision.action is Action.ROTATE]
         assert not any("under a sawtooth" in m for m in said), (seed, said[:1])
+
+
+def test_a_burst_on_a_sawtooths_rise_is_not_rapid_growth_as_it_comes_up() -> None:
+    # A drawn healthy pod (`bursts`, seed 502: a 6% sawtooth of 18 minutes
+    # at 74-80% of 64 GiB, bursts to 97% for 4-8 minutes) was rotated at a
+    # burst's second minute, an hour and a half in: the one-minute means
+    # went 0.80, 0.89, 0.97 and the recent half fitted a steep, steady line
+    # ("+19.8 GiB/h, projected OOM in 32 m"). Most of that climb is two
+    # minutes' step: a burst comes up and holds, a leak climbs minute by minute.
+    from memoryguard_kuberay.core.tracegen import generate
+    from memoryguard_kuberay.core.traceshapes import behaviour_shape
+
+    shape = behaviour_shape("bursts", "bursts_502", random.Random(502), 502)
+    result = replay(shape.name, list(generate(shape)), PolicySettings())
+    assert result.first_rotation_s is None, [td.decision.message for td in result.decisions
+                                             if td.decision.action is Action.ROTATE][:1]
+    minutes = [0.75, 0.76, 0.78, 0.79, 0.80, 0.89, 0.97]
+    assert projection.jumps([60.0 * i for i in range(7)], minutes, 60.0)
+    leak = [0.75 + 0.017 * i for i in range(15)]
+    assert not projection.jumps([60.0 * i for i in range(15)], leak, 60.0)
+    # A sidecar's gap is no step.
+    assert not projection.jumps([0, 60, 120, 720, 780], [0.5, 0.51, 0.52, 0.70, 0.71], 60.0)

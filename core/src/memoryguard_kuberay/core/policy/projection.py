@@ -109,6 +109,22 @@ def onset_projection(series: Series, fit: TrendFit, *, now_s: float, ceiling: fl
     return Projection(slope_per_s=recent.slope, level=level, eta_s=eta, sustained=not why_not, why_not=why_not)
 
 
+MAX_JUMP = 0.5  # of a climb's rise, within JUMP_BUCKETS: a burst jumps, a climb climbs
+JUMP_BUCKETS = 2  # a burst comes up within a minute or two (the generator's ramps a minute: two buckets' means)
+
+
+def jumps(starts: list[float], values: list[float], bucket_s: float) -> bool:
+    """Most of the climb in ``values`` is a step of ``JUMP_BUCKETS``
+    adjacent buckets (a sidecar's gap is no step): more than ``MAX_JUMP`` of
+    the rise from the lowest to the newest. A burst comes up in a minute or
+    two and holds; a leak climbs minute by minute."""
+    rise = values[-1] - min(values)
+    k = JUMP_BUCKETS
+    steps = [values[i + k] - values[i] for i in range(len(values) - k)
+             if starts[i + k] - starts[i] <= (k + 0.5) * bucket_s]
+    return rise > 0 and bool(steps) and max(steps) > MAX_JUMP * rise
+
+
 def still_climbing(series: Series, pace_per_s: float, settings: PolicySettings) -> bool:
     """The series' last ONSET_TAIL buckets still climb, at least
     ``decelerationRatio`` of ``pace_per_s``: growth that has levelled off or
@@ -130,7 +146,6 @@ def climbing(starts: list[float], values: list[float], pace_per_s: float, settin
 # window, bucket by bucket (the upper envelope), flattens a sawtooth whose
 # period is up to half the window and follows a climb beneath it.
 ENVELOPE_REACH = 0.5  # of the series' window
-ENVELOPE_MAX_JUMP = 0.5  # of the envelope's rise, in one bucket: a burst jumps, a climb climbs
 # A sawtooth the means cannot see through: somewhere in the window they fell
 # this much of the ceiling below their highest before (a collection). Under
 # smaller swings the means' own line is read as it is (sudden leaks under a
@@ -168,8 +183,7 @@ def envelope_projection(series: Series, *, now_s: float, ceiling: float, min_slo
         return None
     # A burst's first minutes (a jump of a minute, on a slower sawtooth's
     # rise) also make a steady-looking envelope: most of its rise is the jump.
-    rise = envelope[-1] - envelope[0]
-    if rise <= 0 or max(b - a for a, b in itertools.pairwise(envelope)) > ENVELOPE_MAX_JUMP * rise:
+    if envelope[-1] <= envelope[0] or jumps(ts, envelope, series.bucket_s):
         return None
     # Making new highs now: the newest minute's peak is the envelope's high,
     # and its last minutes still climb. Between new highs (a tooth's fall)
