@@ -63,6 +63,11 @@ HEAD_GROUP = "headgroup"  # the group label of the head pod
 RAY_METRICS_PATH = "/metrics"  # the raylet's Prometheus page (Ray's, like ours by convention)
 RAY_GROUP, RAY_VERSION, RAYCLUSTERS = "ray.io", "v1", "rayclusters"
 
+# -- the kubelet's defaults --------------------------------------------------
+# The hard eviction threshold (memory.available<100Mi): a pod with no memory
+# limit is evicted, or the node's OOM killer acts, about there.
+KUBELET_EVICTION_MEMORY_AVAILABLE_BYTES = 100 * 1024 * 1024
+
 # -- the sidecar -------------------------------------------------------------
 SIDECAR_NAME = "memoryguard-sidecar"  # the injected container
 SIDECAR_PORT = 9108

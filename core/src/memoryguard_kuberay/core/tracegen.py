@@ -18,6 +18,7 @@ import math
 import random
 from collections.abc import Iterator
 
+from memoryguard_kuberay.core.constants import KUBELET_EVICTION_MEMORY_AVAILABLE_BYTES
 from memoryguard_kuberay.core.samples import Sample
 
 GIB = 1024**3
@@ -151,11 +152,6 @@ def _epochs(rng: random.Random, shape: Shape) -> list[float]:
     return starts
 
 
-# The kubelet's default hard eviction threshold (memory.available<100Mi):
-# where a pod with no limit runs the node out.
-EVICTION_THRESHOLD_BYTES = 100 * 1024**2
-
-
 def _surge(shape: Shape, day_starts: list[float], t: float) -> float:
     """The day's traffic, 0 at night to 1 while it flows: up over
     ``surge_ramp_s`` from the day's start, held, and down as steeply (a
@@ -198,7 +194,7 @@ def generate(shape: Shape) -> Iterator[Sample]:
         limit = int(shape.limit_raise_to_gib * GIB) if raised else limit0
         if node:  # no limit: the pod's ceiling is what the node has left it
             others = int((shape.node_others + field.gauss(0.0, 0.002)) * node)
-            limit = node - others - EVICTION_THRESHOLD_BYTES
+            limit = node - others - KUBELET_EVICTION_MEMORY_AVAILABLE_BYTES
         flow = _surge(shape, day_starts, t) if day_starts else 0.0
         frac_surge = shape.surge_to * flow
         frac = shape.base + rng.gauss(0.0, shape.noise)

@@ -14,6 +14,7 @@ from array import array
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from memoryguard_kuberay.core.constants import KUBELET_EVICTION_MEMORY_AVAILABLE_BYTES
 from memoryguard_kuberay.core.policy.trend import Line, concave_top, median, theil_sen_with_halves
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
@@ -25,9 +26,6 @@ RAPID_BUCKET_S = 60.0  # the rapid-growth series: one-minute means
 FLOOR_BUCKET_S = 7200.0
 FLOOR_WINDOW_S = 28 * 3600.0
 FLOOR_WARMUP_S = 3600.0
-# The kubelet's default hard eviction threshold (memory.available<100Mi): a
-# pod with no limit is evicted, or the node's OOM killer acts, about there.
-NODE_EVICTION_RESERVE_BYTES = 100 * 1024 * 1024
 
 
 @dataclasses.dataclass(slots=True)
@@ -315,7 +313,8 @@ class PodWindow:
         used = sample.unreclaimable_bytes
         self.node_ceiling_bytes = None
         if limit is None and used is not None and sample.node_available_bytes is not None:
-            self.node_ceiling_bytes = float(used + max(0, sample.node_available_bytes - NODE_EVICTION_RESERVE_BYTES))
+            reachable = sample.node_available_bytes - KUBELET_EVICTION_MEMORY_AVAILABLE_BYTES
+            self.node_ceiling_bytes = float(used + max(0, reachable))
         closed = self.used.add(t, float(used) if used is not None else None)
         self.rapid.add(t, float(used) if used is not None else None)
         store = sample.store_fraction
