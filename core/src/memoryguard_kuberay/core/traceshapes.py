@@ -133,15 +133,14 @@ def behaviour_shape(behaviour: str, name: str, rng: random.Random, seed: int) ->
                      limit_raise_at_s=raise_at, limit_raise_to_gib=to, grow_into=grow, grow_s=u(0.5, 4) * 3600,
                      leak_per_h=leak, sawtooth_amp=rng.choice([0.0, u(0.02, 0.06)]), duration_s=60 * 3600, **common)
     if behaviour in FIELD_BEHAVIOURS:
-        return _field_shape(behaviour, name, rng, common)
+        return _field_shape(behaviour, name, rng, common, store)
     raise ValueError(f"unknown behaviour {behaviour!r}")
 
 
-def _field_shape(behaviour: str, name: str, rng: random.Random, common: dict[str, Any]) -> Shape:
+def _field_shape(behaviour: str, name: str, rng: random.Random, common: dict[str, Any], store: float) -> Shape:
     """Issue 39's shapes, each a leak and its healthy twin: a full store
     with no spill figure, a serving pod's day, memory.high, no limit."""
     u = rng.uniform
-    store = common["store_capacity_frac"] * common["store_base"]
     if behaviour in ("store_full_unspilled", "store_full_unspilled_leak"):
         # A pipeline fills Plasma and holds it full (its shmem climbing
         # 2-17 GiB/h while it fills); Ray gives no spilled-bytes figure.

@@ -47,10 +47,17 @@ def creep_projection(window: PodWindow, settings: PolicySettings,
         # After an in-place resize the workload may grow into its new room
         # for hours: the trend waits until growth has had time to stop.
         return NO, p
-    if not new_ground(window, since_s=now_s - settings.trend_window_s, level=window.used.buckets[-1].mean,
-                      limit=limit):
+    if not trend_on_new_ground(window, settings, now_s, limit):
         return NO, p
     return Verdict(True, f"growing {fmt_rate(p.slope_per_s * 3600)}, {fmt_oom_in(p.eta_s)}"), p
+
+
+def trend_on_new_ground(window: PodWindow, settings: PolicySettings, now_s: float, limit: int) -> bool:
+    """The newest bucket of memory in use on new ground against everything
+    before the trend window: what the trend rules, and the ladder's own
+    replacement, want of a climb."""
+    return bool(window.used.buckets) and new_ground(window, since_s=now_s - settings.trend_window_s,
+                                                    level=window.used.buckets[-1].mean, limit=limit)
 
 
 def new_ground(window: PodWindow, *, since_s: float, level: float, limit: int) -> bool:
@@ -184,8 +191,7 @@ def node_projection(window: PodWindow, settings: PolicySettings,
                 onset_horizon_s=settings.horizon_s)
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
         return NO, p
-    if not new_ground(window, since_s=now_s - settings.trend_window_s, level=window.used.buckets[-1].mean,
-                      limit=int(ceiling)):
+    if not trend_on_new_ground(window, settings, now_s, int(ceiling)):
         return NO, p
     return Verdict(True, f"no memory limit: growing {fmt_rate(p.slope_per_s * 3600)}, judged against the node "
                          f"({fmt_bytes(ceiling)} reachable now), {fmt_oom_in(p.eta_s)}"), p

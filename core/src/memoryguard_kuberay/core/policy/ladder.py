@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from memoryguard_kuberay.core.policy.detectors import new_ground
+from memoryguard_kuberay.core.policy.detectors import trend_on_new_ground
 from memoryguard_kuberay.core.policy.trend import median, theil_sen
 from memoryguard_kuberay.core.policy.types import Action, Decision, Reason
 from memoryguard_kuberay.core.policy.window import PodWindow
@@ -413,7 +413,4 @@ def _still_heading_for_oom(decision: Decision, settings: PolicySettings, after: 
     noise = settings.min_growth_fraction_per_h * ceiling
     high = ev.used_bytes is not None and ceiling > 0 and ev.used_bytes >= settings.shed_fraction * ceiling
     return (high and ev.projected_oom_s is not None and ev.projected_oom_s <= settings.horizon_s
-            and after is not None and after > noise
-            and bool(window.used.buckets)
-            and new_ground(window, since_s=now_s - settings.trend_window_s, level=window.used.buckets[-1].mean,
-                           limit=int(ceiling)))
+            and after is not None and after > noise and trend_on_new_ground(window, settings, now_s, int(ceiling)))

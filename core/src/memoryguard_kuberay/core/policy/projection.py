@@ -181,8 +181,8 @@ def envelope_projection(series: Series, *, now_s: float, ceiling: float, min_slo
     line = theil_sen(ts, envelope)
     if line is None or line.tau < min_tau or line.slope < min_slope_per_s:
         return None
-    # A burst's first minutes (a jump of a minute, on a slower sawtooth's
-    # rise) also make a steady-looking envelope: most of its rise is the jump.
+    # A burst's first minutes (up within a minute or two, on a slower
+    # sawtooth's rise) also make a steady-looking envelope: most of its rise is the jump.
     if envelope[-1] <= envelope[0] or jumps(ts, envelope, series.bucket_s):
         return None
     # Making new highs now: the newest minute's peak is the envelope's high,
