@@ -24,14 +24,16 @@ def sample(t: float, used: float) -> Sample:
                   file_bytes=GIB // 2, inactive_file_bytes=GIB // 4, shmem_bytes=0, oom_kill_count=0)
 
 
-def flat_then(*, flat_h: float, growth: Callable[[float], float], end_h: float, seed: int = 1) -> list[Sample]:
+def flat_then(*, flat_h: float, growth: Callable[[float], float], end_h: float, seed: int = 1,
+              throughout: Callable[[float], float] = lambda t: 0.0) -> list[Sample]:
     """Flat at 45% of the limit for ``flat_h`` hours with noise, then
     ``growth(seconds since the onset)`` bytes on top, sampled every 15 s,
-    until the OOM point or ``end_h``."""
+    until the OOM point or ``end_h``; ``throughout(t)`` bytes (a sawtooth)
+    on top from the start."""
     rnd = random.Random(seed)
     out = []
     for t in range(0, int(end_h * 3600), 15):
-        used = 0.45 * LIMIT + growth(max(0.0, t - flat_h * 3600)) + rnd.gauss(0, 0.004 * LIMIT)
+        used = 0.45 * LIMIT + growth(max(0.0, t - flat_h * 3600)) + throughout(t) + rnd.gauss(0, 0.004 * LIMIT)
         if used >= 0.99 * LIMIT:
             break
         out.append(sample(t, used))
@@ -172,7 +174,8 @@ def test_a_sudden_leak_under_a_sawtooth_is_rotated_half_an_hour_before_its_oom()
     # peaks' envelope climbs. Without a sawtooth the same leak is caught as before.
     saw = _sawtooth(0.10, 360)
     rate = 0.44 * LIMIT / 3600
-    samples = flat_then(flat_h=6, growth=lambda s: rate * s + saw(s + 6 * 3600) - 0.05 * LIMIT, end_h=8, seed=4)
+    samples = flat_then(flat_h=6, growth=lambda s: rate * s, throughout=lambda t: saw(t) - 0.05 * LIMIT,
+                        end_h=8, seed=4)
     flat = flat_then(flat_h=6, growth=lambda s: rate * s, end_h=8, seed=4)
     said = {}
     for name, trace in (("sawtooth", samples), ("flat", flat)):
@@ -244,3 +247,48 @@ def test_a_burst_on_a_sawtooths_rise_is_not_rapid_growth_as_it_comes_up() -> Non
     assert not projection.jumps([60.0 * i for i in range(15)], leak, 60.0)
     # A sidecar's gap is no step.
     assert not projection.jumps([0, 60, 120, 720, 780], [0.5, 0.51, 0.52, 0.70, 0.71], 60.0)
+
+
+def test_a_sudden_leak_under_a_slow_sawtooth_is_read_from_where_its_climb_began() -> None:
+    # A drawn pod (`sudden_leak`, seed 603: an 8% sawtooth of 22 minutes, a
+    # leak of 0.57 of its 24 GiB limit an hour from 49% in use, 43 minutes
+    # to its OOM) was rotated 28 minutes ahead: the tooth's fall 3 minutes
+    # after the onset kept the recent half's Kendall tau under 0.8 for a
+    # quarter of an hour. The climb since the fall is steady from its start.
+    from memoryguard_kuberay.core.tracegen import generate, labels_for
+    from memoryguard_kuberay.core.traceshapes import behaviour_shape
+
+    shape = behaviour_shape("sudden_leak", "sudden_leak_603", random.Random(603), 603)
+    samples = list(generate(shape))
+    oom_at = labels_for(shape, samples)["oom_at_s"]
+    result = replay(shape.name, samples, PolicySettings())
+    assert result.first_rotation_s is not None
+    first = next(td for td in result.decisions if td.decision.action is Action.ROTATE)
+    assert first.decision.reason is Reason.RAPID_GROWTH, first.decision.message
+    assert oom_at - result.first_rotation_s >= 1800, (oom_at - result.first_rotation_s) / 60
+
+
+def test_the_onset_climb_starts_where_the_climb_did() -> None:
+    # Flat, then nine minutes of a climb of 0.6 of the limit an hour: of the
+    # recent half's steady tails the steepest is the climb's own (the half
+    # taken whole reads it slower), and flat noise has no steady tail.
+    settings = PolicySettings()
+    rnd = random.Random(5)
+    rate = 0.6 * LIMIT / 3600
+    climb = [sample(t, 0.45 * LIMIT + rate * max(0, t - 1560) + rnd.gauss(0, 0.002 * LIMIT))
+             for t in range(0, 1560 + 540, 15)]
+    window = _window_until(climb, climb[-1].time_s, settings)
+    fall = projection.ENVELOPE_MIN_FALL * LIMIT
+    line = projection.onset_climb(window.rapid, fall=fall)
+    fit = window.rapid.fit
+    assert line is not None and fit is not None and fit.recent is not None
+    assert abs(line.slope - rate) < 0.15 * rate, (line.slope * 3600 / LIMIT, rate * 3600 / LIMIT)
+    assert line.slope > 1.2 * fit.recent.slope, (line.slope * 3600 / LIMIT, fit.recent.slope * 3600 / LIMIT)
+    flat = [sample(t, 0.45 * LIMIT + rnd.gauss(0, 0.002 * LIMIT)) for t in range(0, 2100, 15)]
+    assert projection.onset_climb(_window_until(flat, flat[-1].time_s, settings).rapid, fall=fall) is None
+    # Teeth of a 6-minute sawtooth, each climbing as steeply: a collection
+    # within every tail of eight minutes, so none is one climb.
+    saw = _sawtooth(0.10, 360)
+    teeth = [sample(t, 0.45 * LIMIT + saw(t) + 0.3 * rate * t + rnd.gauss(0, 0.002 * LIMIT))
+             for t in range(0, 2100, 15)]
+    assert projection.onset_climb(_window_until(teeth, teeth[-1].time_s, settings).rapid, fall=fall) is None

@@ -89,7 +89,11 @@ def rapid_projection(window: PodWindow, settings: PolicySettings,
     min_slope = RAPID_MIN_GROWTH_PER_H * limit / 3600.0
     p = project(window.rapid, now_s=now_s, ceiling=OOM_AT * limit, min_slope_per_s=min_slope, settings=settings,
                 min_span_s=settings.rapid_min_span_s, min_tau=RAPID_MIN_TAU,
-                onset_horizon_s=settings.rapid_horizon_s if left_its_band(window.rapid) else None)
+                onset_horizon_s=settings.rapid_horizon_s if left_its_band(window.rapid) else None,
+                # Where the climb began, on the one-minute means only: on the trend's
+                # five-minute buckets an epoch's climb is such a tail (every healthy
+                # epochs pod drawn was rotated).
+                find_onset=True)
     under_sawtooth = False
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.rapid_horizon_s:
         # The means too unsteady for the bar, or too slow: the peaks' envelope

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from memoryguard_kuberay.core.policy.trend import theil_sen
+from memoryguard_kuberay.core.policy.trend import Line, theil_sen
 from memoryguard_kuberay.core.policy.window import Series, TrendFit
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.units import fmt_duration, fmt_oom_in
@@ -25,27 +25,33 @@ class Projection:
 
 
 # The onset of growth after a flat stretch (issue 39): the recent half of
-# the window rising this steadily over its whole span (Kendall tau), at least
-# this many times the whole window's pace.
+# the window (or the climb within it) rising this steadily over its whole
+# span (Kendall tau), at least this many times the whole window's pace. At
+# twice, a sudden leak lost the onset reading once its climb filled a third
+# of the window, and the whole window's line, part of it flat, read the pace
+# at half of what it was (four drawn sudden leaks were caught 4-7 minutes
+# later than at one and a half).
 ONSET_MIN_TAU = 0.8
-ONSET_RATIO = 2.0
+ONSET_RATIO = 1.5
 ONSET_TAIL = 3  # buckets (a quarter of an hour at the default five minutes) still climbing at the end
 
 
 def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: float,
             settings: PolicySettings, min_span_s: float | None = None, min_tau: float | None = None,
-            highest_peaks: bool = False, onset_horizon_s: float | None = None) -> Projection | None:
+            highest_peaks: bool = False, onset_horizon_s: float | None = None,
+            find_onset: bool = False) -> Projection | None:
     """Project a series' trend to ``ceiling``. None before any fit exists.
     The span and consistency needed default to the trend settings'; peaks
     ride above the trend by their median offset, or by their highest.
     ``onset_horizon_s`` (the horizon of the rule that reads it): growth that
-    began within the window is projected from the recent half's own line."""
+    began within the window is projected from the recent half's own line,
+    or with ``find_onset`` from the climb's own within it (``onset_climb``)."""
     fit = series.fit
     if fit is None:
         return None
     if onset_horizon_s is not None and (p := onset_projection(
             series, fit, now_s=now_s, ceiling=ceiling, min_slope_per_s=min_slope_per_s, settings=settings,
-            min_span_s=min_span_s, horizon_s=onset_horizon_s)) is not None:
+            min_span_s=min_span_s, horizon_s=onset_horizon_s, find_onset=find_onset)) is not None:
         return p
     slope = fit.line.slope
     level = fit.level_at(now_s) + (fit.peak_max_offset if highest_peaks else fit.peak_offset)
@@ -72,7 +78,8 @@ def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: fl
 
 
 def onset_projection(series: Series, fit: TrendFit, *, now_s: float, ceiling: float, min_slope_per_s: float,
-                     settings: PolicySettings, min_span_s: float | None, horizon_s: float) -> Projection | None:
+                     settings: PolicySettings, min_span_s: float | None, horizon_s: float,
+                     find_onset: bool = False) -> Projection | None:
     """A leak that begins after hours of flat memory: the whole window's
     line is a blend of the flat part and the climb, so it lags both the
     level and the pace by as much as the flat part weighs (a real 1 GiB pod
@@ -81,6 +88,8 @@ def onset_projection(series: Series, fit: TrendFit, *, now_s: float, ceiling: fl
     least ``ONSET_RATIO`` times the window's pace, its own line says where
     memory is and how fast it goes. None when it does not."""
     recent = fit.recent
+    if find_onset and (climb := onset_climb(series, fall=ENVELOPE_MIN_FALL * ceiling)) is not None:
+        recent = climb
     if recent is None or recent.tau < ONSET_MIN_TAU:
         return None
     if recent.slope < max(min_slope_per_s, ONSET_RATIO * max(fit.line.slope, 0.0)):
@@ -107,6 +116,22 @@ def onset_projection(series: Series, fit: TrendFit, *, now_s: float, ceiling: fl
         why_not = (f"a new climb, {fmt_oom_in(eta)} at its pace: watched another "
                    f"{fmt_duration(ONSET_TAIL * series.bucket_s)}")
     return Projection(slope_per_s=recent.slope, level=level, eta_s=eta, sustained=not why_not, why_not=why_not)
+
+
+def onset_climb(series: Series, *, fall: float) -> Line | None:
+    """The climb since it began, within the window's recent half: of the
+    half's tails (``Series.tails``) that rise steadily (``ONSET_MIN_TAU``)
+    with no fall of ``fall`` in them (a collection: a fast sawtooth's teeth
+    are the envelope's to read), the steepest. The half taken whole mixes
+    the flat minutes before a sudden leak's onset, and a slow sawtooth's
+    last fall, into its line: it read a drawn leak's pace at 0.62 of the
+    limit an hour where the leak alone added 0.75, and one under a 22-minute
+    tooth lost its steadiness to the tooth's fall (caught 28 minutes ahead
+    of its OOM). Each tail begins later than the one before, so the
+    steepest starts where the climb did; a tail that began before it is
+    flattened by the minutes before. None when no tail rises steadily."""
+    steady = [t.line for t in series.tails if t.fall < fall and t.line.tau >= ONSET_MIN_TAU]
+    return max(steady, key=lambda line: line.slope, default=None)
 
 
 MAX_JUMP = 0.5  # of a climb's rise, within JUMP_BUCKETS: a burst jumps, a climb climbs
