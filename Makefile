@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 PHONY_TIERS := check e2e ray emulator realk8s
-.PHONY: setup run demo test lint typecheck unit $(PHONY_TIERS) faults real-pods cgroupv2 soak bench bench-sidecar bench-hostile bench-tenants bench-tenants-real bench-flood bench-state bench-operator real-leak crds traces clean
+.PHONY: setup run demo test lint typecheck unit $(PHONY_TIERS) faults real-pods cgroupv2 soak bench bench-sidecar bench-hostile bench-tenants bench-tenants-real bench-flood bench-state bench-operator detection-sets real-leak crds traces clean
 
 PARTS   := core sidecar operator devkit
 
@@ -76,6 +76,12 @@ bench: $(STAMP)
 	rm -rf .bench-field && $(BIN)/memoryguard-kuberay gen-traces --field 4 --seed 39 .bench-field
 	$(BIN)/memoryguard-kuberay bench .bench-field --no-cost
 	$(BIN)/memoryguard-kuberay bench examples/recorded --guard examples/guards/test-profile.yaml --safety-seconds 60 --no-cost
+
+# Every trace set the detection rules were read against, and those drawn
+# after, set by set (about 13 minutes of CPU; --save/--against F to list
+# what a change moved: benchmarks/detection_sets.py).
+detection-sets: $(STAMP)
+	$(BIN)/python benchmarks/detection_sets.py $(ARGS)
 
 # Regenerate the project's example traces (deterministic for the seed).
 traces: $(STAMP)
