@@ -78,7 +78,7 @@ bench: $(STAMP)
 	$(BIN)/memoryguard-kuberay bench examples/recorded --guard examples/guards/test-profile.yaml --safety-seconds 60 --no-cost
 
 # Every trace set the detection rules were read against, and those drawn
-# after, set by set (about 13 minutes of CPU; --save/--against F to list
+# after, set by set (about 20 minutes of CPU, 12 of wall time; --save/--against F to list
 # what a change moved: benchmarks/detection_sets.py).
 detection-sets: $(STAMP)
 	$(BIN)/python benchmarks/detection_sets.py $(ARGS)

@@ -91,8 +91,8 @@ def rapid_projection(window: PodWindow, settings: PolicySettings,
                 min_span_s=settings.rapid_min_span_s, min_tau=RAPID_MIN_TAU,
                 onset_horizon_s=settings.rapid_horizon_s if left_its_band(window.rapid) else None,
                 # Where the climb began, on the one-minute means only: on the trend's
-                # five-minute buckets an epoch's climb is such a tail (every healthy
-                # epochs pod drawn was rotated).
+                # five-minute buckets an epoch's climb is such a tail (23 of 24 healthy
+                # epochs pods drawn were rotated).
                 find_onset=True)
     under_sawtooth = False
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.rapid_horizon_s:
