@@ -5,9 +5,8 @@ sustained enough to act on, or why not. Purely computational."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
-from memoryguard_kuberay.core.policy.trend import Line, theil_sen
+from memoryguard_kuberay.core.policy.trend import Line, deepest_fall, theil_sen
 from memoryguard_kuberay.core.policy.window import Series, TrendFit
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.units import fmt_duration, fmt_oom_in
@@ -198,7 +197,7 @@ def envelope_projection(series: Series, *, now_s: float, ceiling: float, min_slo
         return None
     # First the cheap test most pods end at (the rule runs for every pod a cycle).
     means = series.buckets.column(1)
-    if max(high - m for high, m in zip(itertools.accumulate(means, max), means)) < ENVELOPE_MIN_FALL * ceiling:
+    if deepest_fall(means) < ENVELOPE_MIN_FALL * ceiling:
         return None  # no sawtooth here: the means' own line is the reading
     starts, peaks = series.buckets.column(0), series.buckets.column(2)
     envelope = [max(peaks[i - reach + 1: i + 1]) for i in range(reach - 1, len(peaks))]

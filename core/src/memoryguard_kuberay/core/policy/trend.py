@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 from collections.abc import Sequence
 
 
@@ -33,6 +34,12 @@ def median(values: Sequence[float]) -> float:
         raise ValueError("median of nothing")
     mid = n // 2
     return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2.0
+
+
+def deepest_fall(values: Sequence[float]) -> float:
+    """How far ``values`` (not empty) fell at most below the highest before:
+    a collection's drop, which a climb has none of."""
+    return max(high - v for high, v in zip(itertools.accumulate(values, max), values))
 
 
 def theil_sen(ts: Sequence[float], ys: Sequence[float]) -> Line | None:

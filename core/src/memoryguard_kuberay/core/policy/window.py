@@ -10,13 +10,19 @@ computational: time comes from the samples.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from array import array
 from collections.abc import Iterator
 from typing import NamedTuple
 
 from memoryguard_kuberay.core.constants import KUBELET_EVICTION_MEMORY_AVAILABLE_BYTES
-from memoryguard_kuberay.core.policy.trend import Line, concave_top, median, theil_sen, theil_sen_with_halves
+from memoryguard_kuberay.core.policy.trend import (
+    Line,
+    concave_top,
+    deepest_fall,
+    median,
+    theil_sen,
+    theil_sen_with_halves,
+)
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
 
@@ -244,8 +250,7 @@ class Series:
             for i in range(len(ys) // 2, len(ys) - TAIL_MIN_BUCKETS + 1):
                 line = theil_sen(ts[i:], ys[i:])
                 if line is not None:
-                    fall = max(high - y for high, y in zip(itertools.accumulate(ys[i:], max), ys[i:]))
-                    tails.append(Tail(line, fall))
+                    tails.append(Tail(line, deepest_fall(ys[i:])))
             self._tails = tuple(tails)
         return self._tails
 
