@@ -77,9 +77,10 @@ bench: $(STAMP)
 	$(BIN)/memoryguard-kuberay bench .bench-field --no-cost
 	$(BIN)/memoryguard-kuberay bench examples/recorded --guard examples/guards/test-profile.yaml --safety-seconds 60 --no-cost
 
-# Every trace set the detection rules were read against, and those drawn
-# after, set by set (about 20 minutes of CPU, 12 of wall time; --save/--against F to list
-# what a change moved: benchmarks/detection_sets.py).
+# Every trace set the detection rules were read against, those drawn after,
+# and two sets of the known limit, set by set (about 20 minutes of CPU, 12-14
+# of wall time; --save/--against F to list what a change moved, --guard G to
+# replay with a guard's settings: benchmarks/detection_sets.py).
 detection-sets: $(STAMP)
 	$(BIN)/python benchmarks/detection_sets.py $(ARGS)
 

@@ -7,9 +7,11 @@ the first rotation). The drawn sets are made in memory from the generator
 and a seed (``traceshapes``), so nothing is written. ``--save F`` keeps each
 trace's first rotation and its rule; ``--against F`` (a file an earlier run
 saved, of another commit) lists the traces whose first rotation moved: how
-a change to the rules was measured (docs/how-it-works.md).
+a change to the rules was measured (docs/how-it-works.md). ``--guard F``
+replays with a MemoryGuard's settings, as ``simulate --guard`` does: what a
+setting trades, set by set (``--against`` a default run lists it).
 
-Bounded: about 20 minutes of CPU for every set (12 of wall time in two
+Bounded: about 20 minutes of CPU for every set (12-14 of wall time in two
 ``--jobs`` processes on this machine, 2026-12-06).
 """
 
@@ -21,17 +23,26 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
 
 from memoryguard_kuberay.core import scoring
+from memoryguard_kuberay.core.commands import UsageError, load_guard_settings
 from memoryguard_kuberay.core.samples import Sample
-from memoryguard_kuberay.core.settings import PolicySettings
+from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
 from memoryguard_kuberay.core.simulate import replay
 from memoryguard_kuberay.core.tracegen import Shape, generate, labels_for
 from memoryguard_kuberay.core.traces import read_labels, read_trace, trace_files
-from memoryguard_kuberay.core.traceshapes import BEHAVIOURS, behaviour_shape, field_shapes, random_shapes
+from memoryguard_kuberay.core.traceshapes import (
+    BEHAVIOURS,
+    behaviour_shape,
+    field_shapes,
+    ramp_after_flat_shapes,
+    random_shapes,
+    sawtooth_after_flat_shapes,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
@@ -63,7 +74,9 @@ def _behaviours(first: int) -> list[Shape]:
 
 
 # name -> (what it is, its traces). "read" sets were read while rules were
-# made; "after" sets were drawn after this file's rules were last changed.
+# made; "after" sets were drawn after this file's rules were last changed;
+# "limit" sets are healthy pods of the known limit (a first climb at a leak's
+# pace), whose false rotations are what a change to the rules costs them.
 SETS: dict[str, tuple[str, Callable[[], Iterator[Trace]]]] = {
     "examples": ("read", lambda: _folder(ROOT / "examples" / "traces")),
     "shared": ("read", lambda: _folder(SHARED_TRACES)),
@@ -78,15 +91,17 @@ SETS: dict[str, tuple[str, Callable[[], Iterator[Trace]]]] = {
     "drawn-99": ("after", lambda: _drawn(random_shapes(60, 99))),
     "sudden-13-14": ("after", lambda: _drawn(_sudden((13, 14)))),
     "behaviours-700": ("after", lambda: _drawn(_behaviours(700))),
+    "ramps-after-flat": ("limit", lambda: _drawn(ramp_after_flat_shapes(60, 4242))),
+    "sawtooth-after-flat": ("limit", lambda: _drawn(sawtooth_after_flat_shapes(60, 4243))),
 }
 
 
-def first_rotations(name: str) -> tuple[str, dict[str, dict[str, Any]], float]:
+def first_rotations(settings: PolicySettings, name: str) -> tuple[str, dict[str, dict[str, Any]], float]:
     """Every trace of set ``name``: its first rotation, the rule, its labels."""
     started = time.process_time()
     out: dict[str, dict[str, Any]] = {}
     for trace, samples, labels in SETS[name][1]():
-        result = replay(trace, samples, PolicySettings())
+        result = replay(trace, samples, settings)
         rule = next((td.decision.reason.value for td in result.decisions
                      if td.decision.action.value == "rotate"), "")
         out[trace] = {"first_rotation_s": result.first_rotation_s, "rule": rule, "labels": labels}
@@ -111,21 +126,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     ap.add_argument("--save", type=Path, help="write each trace's first rotation here (JSON)")
     ap.add_argument("--against", type=Path, help="a file --save wrote earlier: list what moved")
+    ap.add_argument("--guard", help="a MemoryGuard manifest (or its spec) whose settings to replay with")
     args = ap.parse_args(argv)
+    try:
+        settings = load_guard_settings(args.guard)
+    except (UsageError, SettingsError) as e:
+        ap.error(str(e))  # says what is wrong with the guard, exit 2, nothing replayed
     names = [n for n in args.sets if n != "shared" or SHARED_TRACES.is_dir()]
     if len(names) < len(args.sets):
         print(f"skipping shared: {SHARED_TRACES} is not here", file=sys.stderr)
     before = json.loads(args.against.read_text()) if args.against else {}
     results: dict[str, dict[str, dict[str, Any]]] = {}
-    print(f"{'set':16s} {'kind':6s} {'pods':>5s} {'caught':>6s} {'missed':>6s} {'false':>5s} "
+    print(f"{'set':20s} {'kind':6s} {'pods':>5s} {'caught':>6s} {'missed':>6s} {'false':>5s} "
           f"{'lead min':>9s} {'median':>7s}")
     with Pool(max(1, args.jobs)) as pool:
-        for name, rows, cpu_s in pool.imap(first_rotations, names):
+        for name, rows, cpu_s in pool.imap(partial(first_rotations, settings), names):
             results[name] = rows
             labels = {t: r["labels"] for t, r in rows.items() if r["labels"]}
             totals = scoring.score(labels, {t: rows[t]["first_rotation_s"] for t in labels}).totals()
             low, mid = (_hours(totals[k]) for k in ("min_lead_h", "median_lead_h"))
-            print(f"{name:16s} {SETS[name][0]:6s} {len(rows):5d} {totals['caught']:6d} {totals['missed']:6d} "
+            print(f"{name:20s} {SETS[name][0]:6s} {len(rows):5d} {totals['caught']:6d} {totals['missed']:6d} "
                   f"{totals['false_rotations']:5d} {low:>9s} {mid:>7s}"
                   f"   ({cpu_s:.0f} s CPU)", flush=True)
             for trace, row in rows.items():

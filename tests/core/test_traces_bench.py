@@ -22,6 +22,7 @@ from memoryguard_kuberay.core.traceshapes import (
     behaviour_shape,
     example_shapes,
     field_shapes,
+    sawtooth_after_flat_shapes,
 )
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
@@ -94,6 +95,34 @@ def test_the_shapes_real_nodes_produce_drawn_afresh(behaviour: str) -> None:
         firsts[shape.name] = replay(shape.name, samples, PolicySettings()).first_rotation_s
     result = scoring.score(labels, firsts, safety_s=1800)
     assert result.missed == 0 and result.false_rotations == 0, result.rows
+
+
+def test_a_sawtooth_begun_after_a_flat_stretch_starts_where_it_is_told() -> None:
+    # Shape.sawtooth_at_s: flat before it (noise only), a tooth from it.
+    shape = sawtooth_after_flat_shapes(1, 9200)[0]
+    samples = list(generate(shape))
+    limit = samples[0].memory_max_bytes
+    assert limit is not None and not any(s.oom_kill_count for s in samples)
+    before = [s.working_set_bytes / limit for s in samples if s.time_s < shape.sawtooth_at_s]
+    first_tooth = [s.working_set_bytes / limit for s in samples
+                   if shape.sawtooth_at_s <= s.time_s < shape.sawtooth_at_s + shape.sawtooth_period_s]
+    assert max(before) - min(before) < 0.1 * shape.sawtooth_amp + 8 * shape.noise, (min(before), max(before))
+    assert max(first_tooth) - max(before) > 0.8 * shape.sawtooth_amp - 8 * shape.noise
+
+
+def test_a_sawtooth_begun_after_a_flat_stretch_is_never_rotated_after_its_first_tooth() -> None:
+    """The known limit (docs/how-it-works.md): a sawtooth's first tooth
+    after a flat stretch climbs at a sudden leak's pace and may be rotated;
+    every later tooth climbs to where the first did, no new ground."""
+    rotated = 0
+    for shape in sawtooth_after_flat_shapes(8, 9300):
+        samples = list(generate(shape))
+        first = replay(shape.name, samples, PolicySettings()).first_rotation_s
+        if first is not None:
+            rotated += 1
+            assert first < shape.sawtooth_at_s + shape.sawtooth_period_s, (
+                shape.name, (first - shape.sawtooth_at_s) / shape.sawtooth_period_s)
+    assert rotated < 8  # some first teeth end before their pace projects an OOM within the horizon
 
 
 def test_a_serving_pods_day_at_its_peak_is_not_replaced_by_the_ladder() -> None:

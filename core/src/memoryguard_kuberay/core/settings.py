@@ -62,7 +62,9 @@ POLICY_FIELDS: tuple[Field, ...] = (
           "this much history before the climb (its first climbs are its warm-up).",
           unit="s", minimum=300, maximum=7200, attr="rapid_window_s"),
     Field("policy.rapidMinSpanSeconds", Kind.INT, 900,
-          "Growth must have been seen, steady, for this long before it counts as rapid growth.",
+          "The rapid window must hold this much history, rising steadily over it, before growth counts as "
+          "rapid; a climb that left the pod's band within the window is read from its own steady minutes, "
+          "eight or more (docs/how-it-works.md, RapidGrowth).",
           unit="s", minimum=120, maximum=7200, attr="rapid_min_span_s"),
     # Half an hour's warning and ten minutes to act: the climb watched three
     # more minutes, a drain, Ray's 30 s grace period, the replacement's start.

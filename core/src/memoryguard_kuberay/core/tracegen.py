@@ -39,6 +39,7 @@ class Shape:
     noise: float = 0.005
     sawtooth_amp: float = 0.0
     sawtooth_period_s: float = 1200.0
+    sawtooth_at_s: float = 0.0  # the sawtooth starts here (work begun after an idle stretch)
     diurnal_amp: float = 0.0
     diurnal_phase_s: float = 0.0
     warmup_amp: float = 0.0
@@ -198,8 +199,9 @@ def generate(shape: Shape) -> Iterator[Sample]:
         flow = _surge(shape, day_starts, t) if day_starts else 0.0
         frac_surge = shape.surge_to * flow
         frac = shape.base + rng.gauss(0.0, shape.noise)
-        if shape.sawtooth_amp:
-            frac += shape.sawtooth_amp * ((t % shape.sawtooth_period_s) / shape.sawtooth_period_s)
+        if shape.sawtooth_amp and t >= shape.sawtooth_at_s:
+            frac += shape.sawtooth_amp * (((t - shape.sawtooth_at_s) % shape.sawtooth_period_s)
+                                          / shape.sawtooth_period_s)
         if shape.diurnal_amp:
             frac += shape.diurnal_amp * (0.5 + 0.5 * math.sin(w * (t + shape.diurnal_phase_s)))
         if shape.warmup_amp:

@@ -252,6 +252,40 @@ def field_shapes(n: int, seed: int) -> list[Shape]:
             for k in range(n) for i, b in enumerate(FIELD_BEHAVIOURS, k * len(FIELD_BEHAVIOURS))]
 
 
+# The known limit (docs/how-it-works.md): healthy pods whose first climb
+# after a flat stretch goes at a leak's pace. Until such a climb stops or
+# falls it is a sudden leak's, and some are rotated; a change to the rules
+# shows on these what it costs them (make detection-sets).
+
+
+def ramp_after_flat_shapes(n: int, seed: int) -> list[Shape]:
+    """``n`` ramps after 2-12 h flat, by 15-35% of the limit over half an
+    hour to two, then held (a cache filled, a model loaded)."""
+    rng = random.Random(seed)
+    u = rng.uniform
+    out = []
+    for k in range(n):
+        at = u(2, 12) * 3600
+        out.append(Shape(f"ramp_after_flat_{k:02d}", "healthy", base=0.45, ramp_at_s=at, ramp_to=u(0.15, 0.35),
+                         ramp_s=u(0.5, 2) * 3600, duration_s=at + 8 * 3600, seed=seed * 1000 + k))
+    return out
+
+
+def sawtooth_after_flat_shapes(n: int, seed: int) -> list[Shape]:
+    """``n`` sawtooths begun after 1-8 h flat at 30-60% of the limit (work
+    started on an idle worker): teeth of 8-40 minutes, each climbing by 5%
+    of the limit or more, up to 88% at most."""
+    rng = random.Random(seed)
+    u = rng.uniform
+    out = []
+    for k in range(n):
+        base, period, at = u(0.3, 0.6), u(480, 2400), u(1, 8) * 3600
+        out.append(Shape(f"sawtooth_after_flat_{k:02d}", "healthy", base=base, sawtooth_amp=u(0.05, 0.88 - base),
+                         sawtooth_period_s=period, sawtooth_at_s=at, interval_s=rng.choice([5.0, 15.0, 60.0]),
+                         duration_s=at + 6 * 3600, seed=seed * 1000 + k))
+    return out
+
+
 def random_shapes(n: int, seed: int) -> list[Shape]:
     """``n`` pods drawn from wide parameter ranges, for robustness checks on
     behaviour the policy was never shown: half the first examples' kinds,
