@@ -6,7 +6,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
 PHONY_TIERS := check e2e ray emulator realk8s
-.PHONY: setup run demo test lint typecheck unit $(PHONY_TIERS) faults real-pods cgroupv2 soak bench bench-sidecar bench-hostile bench-tenants bench-tenants-real bench-flood bench-state bench-operator detection-sets real-leak crds traces clean
+.PHONY: setup run demo test lint typecheck unit $(PHONY_TIERS) faults real-pods cgroupv2 soak bench bench-sidecar bench-hostile bench-tenants bench-tenants-real bench-flood bench-state bench-operator detection-sets psi-at-the-limit real-leak crds traces clean
 
 PARTS   := core sidecar operator devkit
 
@@ -144,6 +144,12 @@ cgroupv2: $(STAMP)
 
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py
+
+# As root, about 10 minutes, not in CI: memory pressure (PSI) of a cgroup held
+# at 70-96% of its memory.max on a real cgroup v2 kernel (../shared/cgroupv2),
+# with a page-cache working set that fits beside it or not (docs/facts.md).
+psi-at-the-limit: $(STAMP)
+	$(BIN)/python benchmarks/psi_at_the_limit.py
 
 # As root, at most 15 minutes, not in CI: a real Ray in a memory cgroup with a
 # real limit leaks until the kernel OOM-kills it; the policy (test profile,
