@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from memoryguard_kuberay.core import scoring
-from memoryguard_kuberay.core.commands import UsageError, load_guard_settings
+from memoryguard_kuberay.core.commands import UsageError, load_guard_settings, load_traces
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
 from memoryguard_kuberay.core.simulate import replay
 from memoryguard_kuberay.core.tracegen import Shape, generate, labels_for
-from memoryguard_kuberay.core.traces import read_labels, read_trace, trace_files
+from memoryguard_kuberay.core.traces import read_labels
 from memoryguard_kuberay.core.traceshapes import (
     BEHAVIOURS,
     behaviour_shape,
@@ -58,8 +58,7 @@ def _drawn(shapes: list[Shape]) -> Iterator[Trace]:
 
 def _folder(folder: Path) -> Iterator[Trace]:
     labels = read_labels(folder / "labels.json")
-    for path in trace_files([folder]):
-        trace = read_trace(path)
+    for trace in load_traces([str(folder)]):  # as bench reads a folder
         yield trace.name, list(trace.samples), labels.get(trace.name)
 
 

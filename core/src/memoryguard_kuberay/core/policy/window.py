@@ -243,8 +243,7 @@ class Series:
         they change only when a bucket closes (eight fits a sample cost the
         policy a tenth of its time)."""
         if self._tails is None:
-            half = self.bucket_s / 2
-            ts = [start + half for start in self.buckets.column(0)]
+            ts = self._mid_times(self.buckets.column(0))
             ys = self.buckets.column(1)
             tails = []
             for i in range(len(ys) // 2, len(ys) - TAIL_MIN_BUCKETS + 1):
@@ -254,13 +253,17 @@ class Series:
             self._tails = tuple(tails)
         return self._tails
 
+    def _mid_times(self, starts: list[float]) -> list[float]:
+        """Each bucket's middle, where its mean is fitted."""
+        half = self.bucket_s / 2
+        return [start + half for start in starts]
+
     def _refit(self) -> TrendFit | None:
         bs = self.buckets
         if len(bs) < 3:
             return None
-        half = self.bucket_s / 2
         starts = bs.column(0)
-        ts = [start + half for start in starts]
+        ts = self._mid_times(starts)
         ys = bs.column(1)  # the means, or the lows for a series on lows
         k = len(bs) // 2
         # The first bucket of a series holds the pod's start (Ray's processes
