@@ -49,10 +49,9 @@ pytestmark = pytest.mark.cgroupv2
 MIB = 1 << 20
 TEST_PROFILE = ROOT / "examples" / "guards" / "test-profile.yaml"
 BOOT = "import sys; from memoryguard_kuberay.cli import main; sys.exit(main(sys.argv[1:]))"
-WINDOW_S = 1.5  # a served sample is compared with the file reads this close in time
-# Around the kill the files change faster than the reads follow (the kernel
-# reclaims and kills within a sample); those samples are judged by the OOM
-# test instead.
+# Around the kill and the restart the files change faster than the reads
+# follow (the kernel reclaims and kills within a sample; a new cgroup fills as
+# the new process loads): samples this close are judged by the OOM test.
 KILL_MARGIN_S = 3.0
 AT_LIMIT = 0.99  # memory.current this close to memory.max: the cgroup is at its limit
 # memory.stat is not exact: the kernel (6.1, mm/memcontrol.c) batches each
@@ -69,6 +68,14 @@ STAT_FUZZ = 2 * 64 * VCPUS * 4096
 # CPU's precharged stock (64 pages) and falls again between two of the
 # test's reads: a served value up to that far above them is true.
 OVER_HIGH = (1 << 20) + 64 * VCPUS * 4096
+# memory.current counts the kernel's own part of the cgroup besides anon and
+# file (page tables, slab, each CPU's precharged stock), and that part jumps
+# by a MiB or more and back within a fraction of a second: across four runs
+# of these cases, memory.current minus anon and file read 0.9-1.2 MiB at the
+# median and up to 3.2 MiB above it in one read; a served sample caught it
+# 2.0 MiB up between two reads 0.67 s apart that both missed it (the CI run
+# of 05704b0). A value this far beyond the reads on either side is true.
+CURRENT_TRANSIENT = 4 << 20
 
 
 def injected_sidecar(pod_security: dict[str, Any] | None) -> dict[str, Any]:
@@ -192,22 +199,41 @@ def file_value(read: dict[str, Any], file: str, key: str | None) -> float | None
     return int(raw) if isinstance(raw, str) and raw.isdigit() else None
 
 
+def bracket(reads: list[dict[str, Any]], start: float, end: float) -> list[dict[str, Any]] | None:
+    """The reads from the last one begun at or before ``start`` to the first
+    begun at or after ``end``: what the files said on both sides of a moment
+    in between. None when the reads do not reach both sides (the test's own
+    loop waited on an answer or a restart there)."""
+    before = [i for i, r in enumerate(reads) if r["t"] <= start]
+    after = [i for i, r in enumerate(reads) if r["t"] >= end]
+    if not before or not after:
+        return None
+    return reads[before[-1]:after[0] + 1]
+
+
 def compare(rec: dict[str, Any], files: dict[str, tuple[str, str | None]]) -> tuple[int, list[str]]:
     """(values compared, mismatches): each served value must lie within what
-    the files said in the reads around the sample's time, widened by the
-    largest step the file made between two of those reads (at the limit,
-    memory.current moves by a MiB or two between reads a third of a second
-    apart while the kernel reclaims: the sidecar's read falls between), and
+    the files said in the reads on both sides of the sidecar's read. The
+    sidecar stamps a sample before it reads the files and stamps the next
+    only after, so its read fell between the sample's time and the next
+    sample's: the reads bracketing that span saw the value, or one step of
+    the file beyond (at the limit, memory.current moves by a MiB or two
+    between reads a third of a second apart while the kernel reclaims), and
     for memory.current at its limit, up to the limit, and above memory.high,
     by one allocation more (``OVER_HIGH``); memory.stat's fields by the
-    kernel's per-CPU fuzz besides (``STAT_FUZZ``)."""
+    kernel's per-CPU fuzz besides (``STAT_FUZZ``), memory.current by the
+    kernel's own part's jumps (``CURRENT_TRANSIENT``). Samples whose span holds
+    the container's kill or restart are judged by the OOM test instead: the
+    files change there faster than reads follow, and the cgroup is replaced."""
     n, bad = 0, []
-    reads = rec["reads"]
-    killed = event_time(rec, "ray stopped")
-    for s in served(rec):
-        if s.get("memory_current") is None or (killed is not None and abs(s["time"] - killed) <= KILL_MARGIN_S):
+    reads = sorted(rec["reads"], key=lambda r: r["t"])
+    changes = [t for e, t in rec["events"] if e in ("ray stopped", "ray restarted")]
+    samples = [s for s in served(rec) if s.get("memory_current") is not None]
+    for s, following in itertools.pairwise(samples):
+        near = bracket(reads, s["time"], following["time"])
+        if near is None or any(near[0]["t"] - KILL_MARGIN_S <= t <= near[-1]["t"] + KILL_MARGIN_S
+                               for t in changes):
             continue
-        near = [r for r in reads if abs(r["t"] - s["time"]) <= WINDOW_S]
         for field, (file, key) in files.items():
             values = [v for r in near if (v := file_value(r, file, key)) is not None]
             if not values:
@@ -216,7 +242,8 @@ def compare(rec: dict[str, Any], files: dict[str, tuple[str, str | None]]) -> tu
             got = math.inf if got is None and field in ("memory_max", "memory_high") else got
             finite = [v for v in values if v != math.inf]
             step = max((abs(b - a) for a, b in itertools.pairwise(finite)), default=0)
-            slack = step + (STAT_FUZZ if file == "memory.stat" else 0)
+            slack = step + (STAT_FUZZ if file == "memory.stat" else 0) + \
+                (CURRENT_TRANSIENT if field == "memory_current" else 0)
             top = max(values) + slack
             limit = [v for r in near if (v := file_value(r, files["memory_max"][0], None)) not in (None, math.inf)]
             if field == "memory_current" and limit and max(values) >= AT_LIMIT * min(limit):
@@ -241,19 +268,20 @@ def num(v: float | None) -> str:
 
 def print_table(rec: dict[str, Any], files: dict[str, tuple[str, str | None]], rows: int = 4) -> None:
     samples = [s for s in served(rec) if s.get("memory_current") is not None]
-    picks = samples[:: max(1, len(samples) // rows)][:rows]
+    picks = list(itertools.pairwise(samples))[:: max(1, len(samples) // rows)][:rows]
+    reads = sorted(rec["reads"], key=lambda r: r["t"])
     print(f"\n{'field':16}" + "".join(f"{'t+' + str(round(s['time'] - samples[0]['time'])) + ' s':>35}"
-                                      for s in picks))
+                                      for s, _ in picks))
     for field, (file, key) in files.items():
         cells = []
-        for s in picks:
-            near = [v for r in rec["reads"] if abs(r["t"] - s["time"]) <= WINDOW_S
-                    and (v := file_value(r, file, key)) is not None]
+        for s, following in picks:
+            near = [v for r in bracket(reads, s["time"], following["time"]) or []
+                    if (v := file_value(r, file, key)) is not None]
             lo, hi = (min(near), max(near)) if near else (None, None)
             span = "-" if lo is None else (num(lo) if lo == hi else f"{num(lo)}..{num(hi)}")
             cells.append(f"{num(s.get(field)):>10} / {span:<21}")
         print(f"{field:16}" + "".join(f"{c:>35}" for c in cells))
-    print("(served / the files in the reads within 1.5 s)")
+    print("(served / the files in the reads on both sides of the sidecar's read)")
 
 
 def event_time(rec: dict[str, Any], what: str) -> float | None:
