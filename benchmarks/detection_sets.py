@@ -7,7 +7,9 @@ the first rotation). The drawn sets are made in memory from the generator
 and a seed (``traceshapes``), so nothing is written. ``--save F`` keeps each
 trace's first rotation and its rule; ``--against F`` (a file an earlier run
 saved, of another commit) lists the traces whose first rotation moved: how
-a change to the rules was measured (docs/how-it-works.md). ``--guard F``
+a change to the rules was measured (docs/how-it-works.md), and sums the
+moves up as ``bench`` scores them (caught later and by how much, caught ->
+missed, a healthy pod spared). ``--guard F``
 replays with a MemoryGuard's settings, as ``simulate --guard`` does: what a
 setting trades, set by set (``--against`` a default run lists it).
 
@@ -118,6 +120,32 @@ def _lead(row: dict[str, Any], at: float | None) -> str:
     return f"{(oom - at) / 3600:.2f} h" if oom is not None else "FALSE"
 
 
+def moved(old: dict[str, Any], row: dict[str, Any]) -> tuple[str, float | None]:
+    """What a trace's move from ``old`` to ``row`` was, as ``bench`` scores
+    it, and by how many hours its first rotation moved where it had one
+    before and after."""
+    was, now = old["first_rotation_s"], row["first_rotation_s"]
+    by = None if was is None or now is None else (now - was) / 3600
+    labels = {"t": row["labels"] or {}}
+    before, after = (scoring.score(labels, {"t": t}).rows[0].outcome for t in (was, now))
+    if before != after:
+        return f"{before} -> {after}", None
+    if after == "caught":
+        return ("caught later" if by is not None and by > 0 else "caught earlier"), by
+    return f"{after}, at another time", by
+
+
+def moves_summary(moves: dict[str, list[float | None]]) -> str:
+    """One line a kind of move: how many, and by how much where it moved in time."""
+    lines = []
+    for kind, hours in sorted(moves.items()):
+        timed = sorted(abs(h) for h in hours if h is not None)
+        when = (f": by {timed[0]:.2f}-{timed[-1]:.2f} h, median {timed[len(timed) // 2]:.2f} h"
+                if timed else "")
+        lines.append(f"  {len(hours)} {kind}{when}")
+    return "\n".join(lines) if lines else "  no first rotation moved"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", nargs="+", choices=sorted(SETS), default=list(SETS), metavar="SET",
@@ -136,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipping shared: {SHARED_TRACES} is not here", file=sys.stderr)
     before = json.loads(args.against.read_text()) if args.against else {}
     results: dict[str, dict[str, dict[str, Any]]] = {}
+    moves: dict[str, list[float | None]] = {}
     print(f"{'set':20s} {'kind':6s} {'pods':>5s} {'caught':>6s} {'missed':>6s} {'false':>5s} "
           f"{'lead min':>9s} {'median':>7s}")
     with Pool(max(1, args.jobs)) as pool:
@@ -152,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
                 if old is not None and old["first_rotation_s"] != row["first_rotation_s"]:
                     print(f"    {trace}: lead {_lead(row, old['first_rotation_s'])} -> "
                           f"{_lead(row, row['first_rotation_s'])} ({old['rule'] or '-'} -> {row['rule'] or '-'})")
+                    kind, by = moved(old, row)
+                    moves.setdefault(kind, []).append(by)
+    if args.against:
+        print(f"against {args.against}:\n{moves_summary(moves)}")
     if args.save:
         args.save.write_text(json.dumps(results))
     return 0

@@ -15,17 +15,23 @@ from memoryguard_kuberay.core.simulate import replay
 
 GIB = 1024**3
 LIMIT = 32 * GIB
-REAL_LEAK = Path(__file__).resolve().parents[2] / "benchmarks" / "real_leak.py"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def real_leak() -> ModuleType:
-    """``benchmarks/real_leak.py`` (``make real-leak``) as a module: its
-    pure parts (the limit stall, the ladder it climbs) are tested here."""
-    spec = importlib.util.spec_from_file_location("real_leak", REAL_LEAK)
+def benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module: a benchmark's pure parts are
+    tested here, its runs are not (they print figures)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def real_leak() -> ModuleType:
+    """``benchmarks/real_leak.py`` (``make real-leak``): its pure parts (the
+    limit stall, the ladder it climbs)."""
+    return benchmark("real_leak")
 
 
 def sample(t: float, frac: float | None, *, limit: int | None = LIMIT, psi_full: float | None = 0.1,
