@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -140,7 +141,7 @@ def moves_summary(moves: dict[str, list[float | None]]) -> str:
     lines = []
     for kind, hours in sorted(moves.items()):
         timed = sorted(abs(h) for h in hours if h is not None)
-        when = (f": by {timed[0]:.2f}-{timed[-1]:.2f} h, median {timed[len(timed) // 2]:.2f} h"
+        when = (f": by {timed[0]:.2f}-{timed[-1]:.2f} h, median {statistics.median(timed):.2f} h"  # as bench's
                 if timed else "")
         lines.append(f"  {len(hours)} {kind}{when}")
     return "\n".join(lines) if lines else "  no first rotation moved"

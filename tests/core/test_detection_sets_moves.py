@@ -39,3 +39,5 @@ def test_the_summary_counts_each_kind_and_its_spread() -> None:
     text = sets.moves_summary({"caught later": [0.5, 2.0, 4.0], "caught -> missed": [None]})
     assert text.splitlines() == ["  1 caught -> missed", "  3 caught later: by 0.50-4.00 h, median 2.00 h"]
     assert sets.moves_summary({}) == "  no first rotation moved"
+    # The median as bench takes it: of an even count, the mean of the middle two.
+    assert sets.moves_summary({"caught later": [1.0, 2.0]}) == "  2 caught later: by 1.00-2.00 h, median 1.50 h"
