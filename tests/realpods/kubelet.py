@@ -63,8 +63,15 @@ def lock() -> Iterator[None]:
 class Kubelet(ControlPlane):
     up_seconds: float = 0.0
 
-    def down(self) -> None:
-        subprocess.run(["bash", str(KIT / "kubelet-down.sh")], env=self.env, capture_output=True, timeout=300)
+    def down(self, *, purge: bool = False) -> None:
+        """Stop the kit's kubelet; with ``purge`` delete its state dir too
+        (the kit does only when nothing is left behind): a run's state dir
+        holds about 3 GiB of images and containers, and 18 runs that kept
+        theirs filled this machine's disk to 95%, where a fresh-clone CI run
+        (2026-12-07) saw every pod stay Pending (the kubelet's disk-pressure
+        eviction, most likely: its node conditions were not read)."""
+        args = ["bash", str(KIT / "kubelet-down.sh"), *(["--purge"] if purge else [])]
+        subprocess.run(args, env=self.env, capture_output=True, timeout=300)
 
 
 def start(home: Path, tools: Path) -> Kubelet:

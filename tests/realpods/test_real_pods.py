@@ -330,7 +330,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             print(f"\nreal pods: kubelet up in {kl.up_seconds:.0f} s, images ready in {time.monotonic() - t0:.0f} s")
             yield from _installed(kl, refs, workdir)
         finally:
-            kl.down()
+            kl.down(purge=True)  # its home is this run's own temporary dir
 
 
 def _installed(kl: kit.Kubelet, refs: dict[str, str], workdir: Path) -> Iterator[Cluster]:
