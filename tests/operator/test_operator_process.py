@@ -4,6 +4,8 @@ what it keeps out of its memory, and how its allocator is told to behave
 
 from __future__ import annotations
 
+import re
+import socket
 import subprocess
 import sys
 
@@ -36,3 +38,29 @@ def test_the_operators_large_blocks_keep_their_own_mappings() -> None:
     if runs["fixed"][0] == "False":
         pytest.skip("not glibc: no mallopt")
     assert runs == {"fixed": ["True", "False"], "default": ["False", "True"]}, runs
+
+
+def test_the_operator_starts_on_a_uid_with_no_user_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The chart's image runs as uid 10001, which has no passwd entry: kopf's
+    # own guess at an identity (getpass.getuser()) raised KeyError there and
+    # the released chart's pod crash-looped at start (issue 58). Here
+    # getpass.getuser fails as it does there, and kopf.operator is replaced by
+    # a recorder of what it was given: the operator must hand kopf its own
+    # identity and never ask for a user name.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                          "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+                          "users: [{name: u, user: {token: t}}]\n"
+                          "contexts: [{name: c, context: {cluster: k, user: u}}]\n")
+    code = ("import getpass, sys, kopf\n"
+            "def nobody():\n    raise KeyError('getpwuid(): uid not found: 10001')\n"
+            "getpass.getuser = nobody\n"
+            "async def operator(**kw):\n    print('identity', kw.get('identity'))\n"
+            "kopf.operator = operator\n"
+            "from memoryguard_kuberay.operator.cli import main\n"
+            "sys.exit(main.main(['--shards', '4']))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                              "MEMORYGUARD_METRICS_PORT": "0"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert re.fullmatch(rf"identity {re.escape(socket.gethostname())}-[0-9]+", out.stdout.strip()), out.stdout

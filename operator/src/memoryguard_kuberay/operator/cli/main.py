@@ -71,7 +71,11 @@ def main(argv: Sequence[str]) -> int:
     _raise_descriptor_limit()
     namespaces: list[str] = list(a.namespace)
     standalone = a.standalone or bool(a.shards)
-    # Who this replica is, in its Leases and in the memoryguard_leader metric.
+    # Who this replica is, in its Leases, in the memoryguard_leader metric and
+    # to kopf. Given to kopf, never left to it: kopf's own guess
+    # (peering.detect_own_id) reads $POD_ID, else getpass.getuser(), which
+    # raises KeyError where the image's uid has no passwd entry (the chart's
+    # 10001): the released chart's pod crash-looped at start (issue 58).
     identity = f"{socket.gethostname()}-{os.getpid()}"
     # The release's ServiceAccount owns the Leases, so they go with it
     # (helm uninstall, with or without hooks); another credential owns none.
@@ -83,6 +87,7 @@ def main(argv: Sequence[str]) -> int:
         asyncio.run(kopf.operator(
             memo=kopf.Memo(cfg=cfg, credentials=credentials, identity=identity, sharding=sharding,
                             watches=len(namespaces) or 1),  # kopf's, of guards (handlers.login)
+            identity=identity,  # type: ignore[arg-type]  # kopf.Identity is NewType(str), not exported
             standalone=standalone, peering_name=None if standalone else a.peering, priority=a.priority,
             namespaces=namespaces, clusterwide=not namespaces,
             liveness_endpoint=env("LIVENESS_ENDPOINT") or None))
