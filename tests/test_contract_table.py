@@ -170,6 +170,21 @@ def eviction_of_an_unbound_pod_deletes_it_at_once(b: Backend) -> Any:
     return status, b.client.get(f"{PODS}/unbound") is None
 
 
+def eviction_grace_period_over_the_pods_own(b: Backend) -> Any:
+    # What a rotation asks once Ray accepted the drain (issue 58, 4): the
+    # eviction's deleteOptions.gracePeriodSeconds, not the pod's 30.
+    b.client.call("DELETE", f"{PODS}/graced", {"gracePeriodSeconds": 0})
+    pod = _pod("graced")
+    pod["spec"] |= {"nodeName": "n-absent", "terminationGracePeriodSeconds": 30}  # bound: deleted gracefully
+    b.client.ok("POST", PODS, pod)
+    status, _, _ = b.client.call("POST", f"{PODS}/graced/eviction", {
+        "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "graced", "namespace": NS},
+        "deleteOptions": {"gracePeriodSeconds": C.DRAINED_GRACE_SECONDS}})
+    grace = (b.client.get(f"{PODS}/graced") or {}).get("metadata", {}).get("deletionGracePeriodSeconds")
+    b.client.call("DELETE", f"{PODS}/graced", {"gracePeriodSeconds": 0})
+    return status, grace
+
+
 def whole_float_in_an_integer_field_read_by_cel(b: Backend) -> Any:
     g = _guard("floaty", {"clusterSelector": {"names": ["rc"]}, "policy": {"trendBucketSeconds": 900.0}})
     return b.client.call("POST", GUARDS, g, params={"dryRun": "All"})[0]
@@ -286,6 +301,7 @@ ROWS = [
     Row(event_in_another_namespace, 422),
     Row(dry_run_eviction_keeps_the_pod, (201, True)),
     Row(eviction_of_an_unbound_pod_deletes_it_at_once, (201, True)),
+    Row(eviction_grace_period_over_the_pods_own, (201, C.DRAINED_GRACE_SECONDS)),
     Row(whole_float_in_an_integer_field_read_by_cel, 422,
         tolerated="the emulator's CEL (cel-python) sees 900.0 as the integer the schema says; the server's CEL "
                   "sees the double as decoded and fails. The operator and the chart never send such a value; "

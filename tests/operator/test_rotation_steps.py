@@ -29,8 +29,9 @@ class Api:
         self.calls.append("annotate:" + ",".join(f"{k.split('/')[-1]}={v}" for k, v in sorted(ann.items())
                                                   if k == C.ANN_PHASE or v is None))
 
-    async def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> tuple[EvictionAnswer, str]:
-        self.calls.append("evict")
+    async def evict(self, namespace: str, name: str, *, dry_run: bool = False,
+                    grace_seconds: int | None = None) -> tuple[EvictionAnswer, str]:
+        self.calls.append("evict" if grace_seconds is None else f"evict:grace={grace_seconds}")
         if isinstance(self.answer, Exception):
             raise self.answer
         answer: tuple[EvictionAnswer, str] = self.answer
@@ -68,6 +69,11 @@ ROWS = [
      [], []),
     ("evicting: evicted", _rot(Phase.EVICTING), [OLD], (EvictionAnswer.EVICTED, ""), Phase.REPLACING,
      OutcomeKind.GOING_ON, ["evict"], ["WorkerEvicted"]),
+    # Ray accepted the drain: nothing left for the pod's own grace period to
+    # protect (KubeRay's bash does not pass SIGTERM on), a short one asked (issue 58, 4).
+    ("evicting a drained pod: a short grace period", _rot(Phase.EVICTING, drained=True), [OLD],
+     (EvictionAnswer.EVICTED, ""), Phase.REPLACING, OutcomeKind.GOING_ON, [f"evict:grace={C.DRAINED_GRACE_SECONDS}"],
+     ["WorkerEvicted"]),
     ("evicting: a budget says not now", _rot(Phase.EVICTING), [OLD], (EvictionAnswer.REFUSED, "429 budget"),
      Phase.EVICTING, OutcomeKind.GOING_ON, ["evict"], ["WorkerEvictionRefused"]),
     ("evicting: refused once, inside the backoff: no call",
@@ -112,3 +118,18 @@ def test_a_rotation_step(name: str, rot: InFlight, pods: list[pi.PodInfo], answe
     assert [c for c in api.calls if c] == calls
     assert [s.reason.value for s in out.says] == events
     assert all(s.about and s.about[0]["metadata"]["uid"] == "u1" for s in out.says)
+
+
+@pytest.mark.parametrize("drained,ok", [(True, True), (False, False)])
+def test_a_drain_accepted_is_remembered_for_the_eviction_and_across_a_restart(drained: bool, ok: bool) -> None:
+    class Refusing(Drainer):
+        async def drain(self, **_: Any) -> DrainResult:
+            return DrainResult(ok=ok, message="drained" if ok else "the GCS refused")
+
+    rot = _rot(Phase.DRAINING)
+    asyncio.run(rotation.advance(rot, kube=Api(None), drainer=Refusing(), pods=[OLD],  # type: ignore[arg-type]
+                                 gcs_address="127.0.0.5:6379", drain_timeout_s=60, replacement_timeout_s=600,
+                                 eviction_timeout_s=600, now=NOW))
+    assert rot.drained is drained
+    back = InFlight.from_status(rot.to_status())
+    assert back is not None and back.drained is drained

@@ -41,7 +41,7 @@ def _forged(pods: list[dict[str, Any]], phase: str = "evicting") -> dict[str, An
 
 
 class NoEvictions(FakeKube):
-    async def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> Any:
+    async def evict(self, namespace: str, name: str, *, dry_run: bool = False, grace_seconds: int | None = None) -> Any:
         self.log.append(("evict", name))
         from memoryguard_kuberay.operator.api.errors import EvictionAnswer
 

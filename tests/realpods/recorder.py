@@ -63,8 +63,9 @@ class PodRecorder:
 
 
 def _essence(status: dict[str, Any]) -> Any:
-    """What of a status is worth a line in the history: phase, conditions, containers' states."""
+    """What of a status is worth a line in the history: phase, conditions, containers' states (the
+    native sidecar's among the init containers')."""
     return (status.get("phase"), [(c.get("type"), c.get("status")) for c in status.get("conditions") or []],
             [(c.get("name"), c.get("ready"), c.get("restartCount"), sorted((c.get("state") or {}).keys()),
               ((c.get("state") or {}).get("terminated") or {}).get("reason"))
-             for c in status.get("containerStatuses") or []])
+             for c in [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]])

@@ -26,6 +26,14 @@ ANN_REASON = PREFIX + "rotation-reason"
 ANN_PHASE = PREFIX + "rotation-phase"  # draining | evicting
 ANN_GUARD = PREFIX + "rotation-guard"
 ANN_DRAIN = PREFIX + "rotation-drain"
+# The grace period asked of an eviction once Ray accepted the node's drain
+# (issue 58, 4): the drain has moved the node's work off, and KubeRay's
+# `bash -c "...; ray start --block"` does not pass SIGTERM on, so the pod's
+# own grace period (30 s by default) only delays KubeRay's replacement (it
+# waits for the old pod to be gone): measured on the cluster kit, the Ray
+# container was killed at its end, exit 137. A few seconds are kept for the
+# sidecar's last answers. Without an accepted drain the pod's own is kept.
+DRAINED_GRACE_SECONDS = 5
 # On a pod, by a user: rotate it now.
 ANN_ROTATE = PREFIX + "rotate"
 # On a pod, by the operator: its pressure level and the ladder's step asked

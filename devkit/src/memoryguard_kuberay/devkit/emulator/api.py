@@ -225,7 +225,10 @@ class EmulatedApi(ObjectStore, kmock.KubernetesScaffold):  # type: ignore[misc] 
             raise ApiError(405, "MethodNotAllowed", f"{method} on a collection")
         key = (k.group, k.plural, ns, name)
         if sub == "eviction" and k.plural == "pods" and method == "POST":
-            return evictions.evict(self, ns, name, dry_run=self._dry_run(request, request.data))
+            opts = request.data.get("deleteOptions") if isinstance(request.data, dict) else None
+            grace = (opts or {}).get("gracePeriodSeconds") if isinstance(opts, dict) else None
+            return evictions.evict(self, ns, name, dry_run=self._dry_run(request, request.data),
+                                   grace_seconds=grace if isinstance(grace, int) and grace >= 0 else None)
         old = self.store.get(key)
         if old is None:
             raise ApiError(404, "NotFound", f'{k.plural} "{name}" not found')

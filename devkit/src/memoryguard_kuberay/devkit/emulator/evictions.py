@@ -2,7 +2,8 @@
 the matching PodDisruptionBudget's ``status.disruptionsAllowed`` (429 naming
 the budget in ``details.causes`` when it is 0; 500 when several match),
 records the pod in the budget's ``disruptedPods``, then deletes the pod
-gracefully; ``dryRun=All`` answers 201 and keeps the pod. A pod already
+gracefully (``deleteOptions.gracePeriodSeconds`` over the pod's own);
+``dryRun=All`` answers 201 and keeps the pod. A pod already
 going, finished or pending ignores the budget; an unready pod is evicted
 without spending it only while the budget is met (IfHealthyBudget)."""
 
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
     from .store import ObjectStore
 
 
-def evict(api: ObjectStore, ns: str, name: str, *, dry_run: bool = False) -> dict[str, Any]:
+def evict(api: ObjectStore, ns: str, name: str, *, dry_run: bool = False,
+          grace_seconds: int | None = None) -> dict[str, Any]:
     key = ("", "pods", ns, name)
     pod = api.store.get(key)
     if pod is None:
@@ -63,5 +65,5 @@ def evict(api: ObjectStore, ns: str, name: str, *, dry_run: bool = False) -> dic
     api.evictions.append((ns, name, time.time()))
     for observe in api.observers:
         observe("pods", "EVICTING", copy.deepcopy(pod))
-    api.delete_object(api.kind_of("pods"), key)
+    api.delete_object(api.kind_of("pods"), key, grace_seconds=grace_seconds)
     return status_doc(201, "", "evicted") | {"status": "Success"}

@@ -134,14 +134,17 @@ class ObjectStore:
             self._sync_disruption_budgets(key[2])
         return jcopy(obj)
 
-    def delete_object(self, k: Kind, key: tuple[str, str, str, str], *, graceful: bool = True) -> dict[str, Any]:
+    def delete_object(self, k: Kind, key: tuple[str, str, str, str], *, graceful: bool = True,
+                      grace_seconds: int | None = None) -> dict[str, Any]:
         obj = self.store[key]
         if k.plural == "pods" and graceful and (obj.get("spec") or {}).get("nodeName"):
             # A bound pod is only marked: the kubelet stops its containers
             # and then removes it (the kubelet stand-in in kuberay.py).
             if obj["metadata"].get("deletionTimestamp"):
                 return jcopy(obj)
-            grace = (obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            # DeleteOptions' gracePeriodSeconds (a delete's, an eviction's) over the pod's own.
+            grace = grace_seconds if grace_seconds is not None else \
+                (obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
             obj = jcopy(obj)
             obj["metadata"]["deletionTimestamp"] = now_iso(float(grace))
             obj["metadata"]["deletionGracePeriodSeconds"] = grace

@@ -307,16 +307,23 @@ class Kube:
                                  content_type="application/json-patch+json")
         return doc if isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) else None
 
-    async def evict(self, namespace: str, name: str, *, dry_run: bool = False) -> tuple[EvictionAnswer, str]:
+    async def evict(self, namespace: str, name: str, *, dry_run: bool = False,
+                    grace_seconds: int | None = None) -> tuple[EvictionAnswer, str]:
         """Ask for an eviction: evicted, already gone (404), or refused for
         now (429: a PodDisruptionBudget or rate limiting; 500: the server
         could not judge the budgets) with the server's words, which name
         the budget. Other errors raise. ``dry_run``: the server judges it
-        and keeps the pod (``deleteOptions.dryRun: [All]``)."""
+        and keeps the pod (``deleteOptions.dryRun: [All]``); ``grace_seconds``:
+        the pod's grace period for this deletion instead of its own."""
         body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
                                 "metadata": {"name": name, "namespace": namespace}}
+        options: dict[str, Any] = {}
         if dry_run:
-            body["deleteOptions"] = {"dryRun": ["All"]}
+            options["dryRun"] = ["All"]
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        if options:
+            body["deleteOptions"] = options
         try:
             await self.request("POST", pod_path(namespace, name, "eviction"), json=body)
         except (NotFound, TooManyRequests, ServerError) as e:

@@ -72,6 +72,9 @@ class InFlight:
     # When the evicted pod was first seen gone: KubeRay makes the replacement
     # only then (it counts a Terminating pod), so its wait counts from here.
     gone_at: float | None = None
+    # Ray accepted the node's drain: the eviction asks only a short grace
+    # period (constants.DRAINED_GRACE_SECONDS), not the pod's own.
+    drained: bool = False
 
     @property
     def reason_code(self) -> str:
@@ -85,7 +88,8 @@ class InFlight:
                 "reason": self.reason, "requestedAt": micro_time(self.requested_at), "phase": self.phase.value,
                 "evictedAt": _time(self.evicted_at), "refused": self.refused, "lastAttempt": _time(self.last_attempt),
                 "peers": list(self.peers), "evictingSince": _time(self.evicting_since),
-                "lastRefusal": self.last_refusal, "goneAt": _time(self.gone_at)}
+                "lastRefusal": self.last_refusal, "goneAt": _time(self.gone_at),
+                "drained": self.drained}
 
     @classmethod
     def from_status(cls, d: Mapping[str, Any]) -> InFlight | None:
@@ -103,7 +107,8 @@ class InFlight:
                        evicting_since=parse_time(d.get("evictingSince")),
                        last_refusal=str(d.get("lastRefusal") or "")[:512],
                        # Not finite reads as none: an infinite goneAt would hold a group's slot for ever.
-                       gone_at=parse_time(d.get("goneAt")))
+                       gone_at=parse_time(d.get("goneAt")),
+                       drained=d.get("drained") is True)
         except (KeyError, TypeError, ValueError):
             return None
 

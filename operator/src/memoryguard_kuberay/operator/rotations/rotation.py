@@ -106,6 +106,7 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
             msg = result.message
             says = () if result.skipped else told(EventReason.DRAINED if result.ok else EventReason.DRAIN_FAILED,
                                                   f"{rot.pod}: {msg}")
+            rot.drained = result.ok and not result.skipped
         else:
             msg, says = "no pod IP or GCS address; not drained", ()
         await kube.patch_pod_annotations(pod.namespace, pod.name, {C.ANN_PHASE: Phase.EVICTING.value,
@@ -134,7 +135,8 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
                     message = f"{host.name} (a host of the same replica): {message}"
                     break
             if answer is not EvictionAnswer.REFUSED:
-                answer, message = await kube.evict(pod.namespace, pod.name)
+                answer, message = await kube.evict(pod.namespace, pod.name, grace_seconds=C.DRAINED_GRACE_SECONDS
+                                                   if rot.drained else None)
         except ApiError as e:
             # 5xx and timeouts: try again next cycle; never fall back to a delete.
             rot.refused += 1
