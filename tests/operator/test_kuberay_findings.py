@@ -149,7 +149,8 @@ class EvictKube:
     def __init__(self, refuse: set[str]) -> None:
         self.refuse, self.asked = refuse, []  # type: ignore[var-annotated]
 
-    async def evict(self, namespace: str, name: str, *, dry_run: bool = False, grace_seconds: int | None = None) -> tuple[EvictionAnswer, str]:
+    async def evict(self, namespace: str, name: str, *, dry_run: bool = False,
+                    grace_seconds: int | None = None) -> tuple[EvictionAnswer, str]:
         self.asked.append((name, dry_run))
         if name in self.refuse:
             return EvictionAnswer.REFUSED, "429: Cannot evict pod as it would violate the pod's disruption budget."
