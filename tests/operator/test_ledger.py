@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from memoryguard_kuberay.operator.clock import parse_time
+from memoryguard_kuberay.operator.clock import micro_time, parse_time
 from memoryguard_kuberay.operator.rotations.ledger import InFlight, Ledger, Outcome, OutcomeKind, Phase
 
 NOW = 1_800_000_000.0
@@ -73,7 +73,7 @@ def test_times_in_the_status_are_rfc3339_and_read_back_as_written_or_as_older_st
     assert status["evictedLastHour"] == ["2027-01-15T07:11:41.000000Z"]
     back = Ledger.from_status({"rotations": status})
     assert back.inflight["u2"] == book.inflight["u2"] and back.evicted_at == book.evicted_at
-    assert back.starts(group=("rc", "g")) == book.starts(group=("rc", "g"))
+    assert back.starts(NOW, group=("rc", "g")) == book.starts(NOW, group=("rc", "g"))
     # A status written before 0.1.0 (unix seconds) reads the same.
     older = {**status, "inFlight": [{**status["inFlight"][0], "requestedAt": NOW - 2998, "goneAt": NOW - 10.5}],
              "evictedLastHour": [NOW - 2899]}
@@ -93,3 +93,18 @@ def test_a_time_read_back(raw: object, expected: float | None) -> None:
     these: each reads as a time a datetime can hold, or as none (1e300 was
     taken, and writing it back as RFC 3339 would fail every cycle)."""
     assert parse_time(raw) == expected
+
+
+def test_times_from_the_future_switch_no_guard_off() -> None:
+    # Issue 63, 2: four evictions dated 9999 in status.rotations.evictedLastHour
+    # counted against maxPerHour for ever (now - t < an hour holds for every
+    # future t) and were written back each cycle; a recent rotation dated
+    # ahead held its group's cooldown the same way. Another replica's clock a
+    # little ahead is still believed.
+    ahead = "9999-12-31T00:00:00.000000Z"
+    book = Ledger.from_status({"rotations": {
+        "evictedLastHour": [ahead] * 4 + [micro_time(NOW + 30)],
+        "recent": [{"pod": "w", "cluster": "rc", "group": "g", "requestedAt": ahead}]}})
+    assert book.rotations_last_hour(NOW) == 1
+    assert book.to_status()["evictedLastHour"] == [micro_time(NOW + 30)]
+    assert book.starts(NOW, group=("rc", "g")) == []

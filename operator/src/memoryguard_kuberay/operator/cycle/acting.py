@@ -123,7 +123,7 @@ def history_for(g: Guard, p: pi.PodInfo, now: float, groups: Groups,
     where the caller has it; ``ladder_replace``: the ladder asks for it."""
     ledger = g.mem.ledger
     in_group = ledger.rotating_in(p.cluster, p.group)
-    group_starts = ledger.starts(group=(p.cluster, p.group))
+    group_starts = ledger.starts(now, group=(p.cluster, p.group))
     return RotationHistory(
         is_head=p.is_head,
         pod_rotation_in_flight=p.uid in ledger.inflight or bool(p.rotation_phase) or p.terminating,

@@ -22,6 +22,15 @@ from memoryguard_kuberay.operator.decided import Say
 log = logging.getLogger("memoryguard_kuberay.operator")
 MAX_RECENT = 20  # finished rotations kept in status.rotations.recent
 HOUR_S = 3600.0
+# How far ahead of this operator's clock a time read back from the status may
+# be and still be believed (another replica's clock). A time further ahead
+# was written by someone else: believed, one dated 9999 counted against the
+# hourly cap for ever and switched the guard off (issue 63, 2).
+CLOCK_SKEW_S = 60.0
+
+
+def _believable(t: float, now: float) -> bool:
+    return t - now <= CLOCK_SKEW_S
 MAX_EVICTIONS_KEPT = 1000  # the spec's largest maxPerHour: more in an hour is never allowed anyway
 
 
@@ -193,7 +202,8 @@ class Ledger:
     def rotations_last_hour(self, now: float) -> int:
         """For the hourly cap: rotations in flight, and those ended whose pod
         was evicted within the hour (older times are dropped here)."""
-        self.evicted_at = [t for t in self.evicted_at if now - t < HOUR_S][-MAX_EVICTIONS_KEPT:]
+        self.evicted_at = [t for t in self.evicted_at if now - t < HOUR_S and _believable(t, now)
+                           ][-MAX_EVICTIONS_KEPT:]
         return len(self.inflight) + len(self.evicted_at)
 
     def rotating_in(self, cluster: str, group: str) -> int:
@@ -233,13 +243,14 @@ class Ledger:
         self.recent = self.recent[-MAX_RECENT:]
         return rot
 
-    def starts(self, *, group: tuple[str, str] | None = None) -> list[float]:
+    def starts(self, now: float, *, group: tuple[str, str] | None = None) -> list[float]:
         """When rotations began: those in flight and the recent ones (of one
-        group), for the group's cooldown."""
+        group), for the group's cooldown (none from the future: a start
+        dated ahead would hold the cooldown for ever)."""
         out = [r.requested_at for r in self.inflight.values() if group is None or (r.cluster, r.group) == group]
         for r in self.recent:
             if group is not None and (r.get("cluster"), r.get("group")) != group:
                 continue
             if (at := parse_time(r.get("requestedAt"))) is not None:
                 out.append(at)
-        return out
+        return [t for t in out if _believable(t, now)]
