@@ -220,6 +220,15 @@ def test_example_guards_are_valid(path: Path, guard_schema: jsonschema.Draft7Val
     read_guard_spec(doc["spec"])
 
 
+@pytest.mark.parametrize("path", GUARDS, ids=[g.stem for g in GUARDS])
+def test_no_example_guard_can_rotate_a_head(path: Path) -> None:
+    # Issue 61, 3: the dry-run example (the one the docs say to start from)
+    # set includeHead; a user who then removed dryRun had a guard that could
+    # restart the cluster's control plane.
+    spec = read_guard_spec(yaml.safe_load(path.read_text())["spec"])
+    assert spec.policy.include_head is False, path.name
+
+
 INVALID = [
     ({"spec": {}}, "'clusterSelector' is a required property"),
     ({"spec": {"clusterSelector": {"names": ["Not_DNS"]}}}, "does not match"),
