@@ -17,7 +17,7 @@ from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.operator.api import podinfo as pi
 from memoryguard_kuberay.operator.api.errors import ApiError
-from memoryguard_kuberay.operator.clock import Clock
+from memoryguard_kuberay.operator.clock import Clock, micro_time
 from memoryguard_kuberay.operator.cycle import guarding, guardstate, steps
 from memoryguard_kuberay.operator.cycle.guardroster import GuardRoster
 from memoryguard_kuberay.operator.decided import Decided
@@ -311,3 +311,29 @@ def test_a_step_that_fails_unexpectedly_still_leaves_what_the_steps_before_decid
         asyncio.run(guarding.cycle(loop, kube.guard))
     assert ("event", "WorkerRotationStarted") in kube.log
     assert "uid-w-leak" in str(loop.mem.status["rotations"]["inFlight"])
+
+
+def test_the_status_carries_a_heartbeat_written_at_least_every_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 61, 2: the status held no time of its last cycle, and after the
+    operator stopped nothing told it from a guard at rest. Every status
+    write carries lastCycleTime; a cycle that changed nothing writes only
+    that, once it is a heartbeat old (status writes are otherwise skipped)."""
+    clock = FixedClock()
+    kube = FakeKube(RC, _guard(SPEC))
+    ctx = _context(kube, FakePods([_pod("w-calm", "127.0.0.12")]), clock)
+
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        return Poll((), None, 0.01)
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    loop = guarding.Guard(ctx, NS, GUARD)
+    writes = []
+    for dt in (0, 15, 30, 45, 60, 75):  # a cycle every interval, nothing changing after the first
+        clock.t = 1_000_000.0 + dt
+        before = len(kube.log)
+        asyncio.run(guarding.cycle(loop, {**kube.guard, "status": loop.memory.status if loop.memory else {}}))
+        writes += [(dt, v) for k, v in kube.log[before:] if k == "status"]
+    assert writes[0][0] == 0 and writes[0][1]["lastCycleTime"] == micro_time(1_000_000.0)
+    later = [(dt, v) for dt, v in writes[1:]]
+    assert [dt for dt, _ in later] == [60], later  # the heartbeat, a minute on
+    assert later[0][1] == {"lastCycleTime": micro_time(1_000_060.0)}

@@ -9,6 +9,7 @@ import pytest
 
 from memoryguard_kuberay.core.policy import Action, Decision, Evidence, Reason
 from memoryguard_kuberay.operator import status as st
+from memoryguard_kuberay.operator.sidecars.sidecar_client import PollFailure
 
 OK = Decision(Action.NONE, Reason.HEALTHY, "working set 20 GiB of 64 GiB (31%)", Evidence())
 
@@ -108,12 +109,17 @@ def test_why_a_poll_failed_is_the_pods_verdict(failure: str | None, verdict: str
      "SidecarUnreachable"),
     ([st.PodView("w1", "g", OK, None, blind=True)], "False", "NoMemorySource"),
     ([], "False", "NoPods"),
+    # Issue 61, 2: both pods Pending read REPORTING True, AllReporting, beside "0 of 2 report".
+    ([st.PodView("w1", "g", OK, "not running", failure=PollFailure.NOT_RUNNING),
+      st.PodView("w2", "g", OK, "no sidecar", failure=PollFailure.NO_SIDECAR)], "False", "NotReporting"),
 ])
 def test_reporting_reads_false_when_a_sidecar_does_not_report(pods: list[st.PodView], status: str,
                                                              reason: str) -> None:
     """Issue 26, 6: the REPORTING column of `kubectl get mg` (READY only says the guard is served)."""
     c = next(c for c in _status(pods)["conditions"] if c["type"] == "Reporting")
     assert (c["status"], c["reason"]) == (status, reason)
+    degraded = next(c for c in _status(pods)["conditions"] if c["type"] == "Degraded")
+    assert status == "True" or "all guarded pods report" not in degraded["message"], degraded
     ready = next(c for c in _status(pods)["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
 

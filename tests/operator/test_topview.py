@@ -116,3 +116,26 @@ def test_at_the_widths_people_use_no_pod_name_is_cut_and_the_why_is_shown() -> N
         # What is left out at a width is said; at 240 nothing is, the poll's error included.
         assert ("left out at this width" in text) == (width < 240), text
         assert ("Connect call failed" in text) == (width == 240), text
+
+
+def test_a_guard_nobody_guards_reads_as_such() -> None:
+    # Issue 61, 2: after the operator stopped, top showed the frozen figures
+    # as current. A guard whose lastCycleTime is older than two heartbeats and
+    # a cycle (or that has none) reads Unknown, with a line saying since when.
+    from memoryguard_kuberay.operator import status
+    from memoryguard_kuberay.operator.clock import micro_time
+
+    now = 1_800_000_000.0
+    fresh, old = (_guard("ray-a", n, {f"{n}-w": _pod(10 * GIB, 30000, "Healthy", GIB)}) for n in ("fresh", "old"))
+    fresh["status"]["lastCycleTime"] = micro_time(now - 30)
+    old["status"]["lastCycleTime"] = micro_time(now - status.stale_after_s(15) - 1)
+    never = _guard("ray-a", "never", {})
+    assert topview.unguarded([fresh, old, never], now) == {("ray-a", "old"): status.stale_after_s(15) + 1,
+                                                           ("ray-a", "never"): None}
+    out = io.StringIO()
+    Console(file=out, width=160).print(topview.screen([fresh, old, never], title="t", now=now))
+    text = out.getvalue()
+    row = {n: next(line for line in text.splitlines() if f"{n}-w" in line) for n in ("fresh", "old")}
+    assert "Healthy" in row["fresh"] and "Unknown" in row["old"], text
+    assert "NOT GUARDED: ray-a/old: no operator has run its cycle for 2 m" in text, text
+    assert "NOT GUARDED: ray-a/never" in text and "NOT GUARDED: ray-a/fresh" not in text

@@ -6,7 +6,9 @@ sees them through kubectl."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import time
 from typing import Any
 
 import yaml
@@ -92,7 +94,7 @@ def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tm
     real.wait_established(f"{CRD_NAME}")
     real.kubectl("apply", "-f", str(path))
     header = real.kubectl("get", "mg", "-n", "mg-columns").stdout.splitlines()[0].split()
-    assert header == ["NAME", "PODS", "AT", "RISK", "ROTATIONS", "REPORTING", "READY", "DRY", "RUN", "AGE"]
+    assert header == ["NAME", "PODS", "AT", "RISK", "ROTATIONS", "REPORTING", "READY", "DRY", "RUN", "SEEN", "AGE"]
     # A status as the operator writes it, for a guard whose sidecars do not
     # all report (issue 26, 6): REPORTING reads False, and `get -A` fits in
     # 100 columns for usual names; -o wide adds the clusters and the last action.
@@ -107,6 +109,7 @@ def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tm
     built = st.build(generation=1, clusters=["llm-serving"], pods=views, spec_error=None, missing_clusters=[],
                      rotations={"total": 12}, last_action="WorkerRotated: x", now_iso="2026-12-01T00:00:00Z",
                      previous={}, last_action_brief="WorkerRotated llm-serving-workers-worker-00042"[:st.BRIEF_MAX])
+    built["lastCycleTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 30))  # as the heartbeat
     # A usual guard name beside "g": the width is a user's, with names as theirs are.
     long_guard = {**guard, "metadata": {"name": "llm-serving-prod-guard", "namespace": "mg-columns"}}
     real.admin().ok("POST", f"/apis/{C.GROUP}/{C.VERSION}/namespaces/mg-columns/{C.PLURAL}", long_guard)
@@ -117,6 +120,7 @@ def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tm
     print("\n" + "\n".join(lines))
     row = next(line for line in lines if "llm-serving-prod-guard" in line)
     assert row.split()[2:7] == ["5", "0", "12", "False", "True"], row
+    assert re.fullmatch(r"3[0-9]s", row.split()[8]), row  # SEEN: the heartbeat's age
     assert max(len(line) for line in lines) <= 100, lines
     # The status has a schema: kubectl explain says what each part is.
     explained = real.kubectl("explain", "mg.status.conditions").stdout

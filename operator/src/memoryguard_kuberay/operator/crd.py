@@ -79,6 +79,10 @@ def status_schema() -> dict[str, Any]:
         lastAction={"type": "string", "nullable": True, "description": "The last Event's reason and message."},
         lastActionBrief={"type": "string", "nullable": True,
                          "description": "The last action's reason and object, at most 60 characters."},
+        lastCycleTime={"type": "string", "format": "date-time", "nullable": True, "description": (
+            "When an operator last ran this guard's cycle (RFC 3339): written at least every "
+            "max(sampling.intervalSeconds, 60 s) while an operator guards it; older than twice that and an "
+            "interval, nobody is guarding it (`kubectl get mg` shows its age as SEEN).")},
     )
 
 
@@ -95,6 +99,11 @@ def crd() -> dict[str, Any]:
          "description": "False: the guard guards less than its spec names (a cluster or group not found, refused)"},
         # As VPA shows its MODE: a dry run is visible at a glance (issue 42, 4).
         {"name": "Dry run", "type": "boolean", "jsonPath": ".spec.dryRun"},
+        # When an operator last ran the guard's cycle, as an age: a guard
+        # nobody guards reads minutes, then hours (issue 61, 2; a Node's
+        # Ready turns Unknown by another controller, which a guard has not).
+        {"name": "Seen", "type": "date", "jsonPath": ".status.lastCycleTime",
+         "description": "how long ago an operator last ran this guard's cycle"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Clusters", "type": "integer", "jsonPath": ".status.summary.clusters", "priority": 1},
         # At most status.BRIEF_MAX characters: the full text is in lastAction and the Events.

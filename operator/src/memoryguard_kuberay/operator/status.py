@@ -15,6 +15,21 @@ from memoryguard_kuberay.operator.decided import BRIEF_MAX
 from memoryguard_kuberay.operator.rotations import ledger
 from memoryguard_kuberay.operator.sidecars.sidecar_client import NOT_FAULTS, PollFailure
 
+# The guard's heartbeat (status.lastCycleTime, issue 61, 2): a cycle
+# rewrites it once it is this old, even when nothing else changed (status
+# writes are otherwise skipped when unchanged: thousands of guards, each
+# one write a minute at most for it).
+HEARTBEAT_S = 60.0
+
+
+def stale_after_s(interval_s: float) -> float:
+    """How old lastCycleTime may be while an operator still guards: it is
+    rewritten every max(interval, HEARTBEAT_S); two such beats missed and a
+    cycle more (one that runs long, a replica taking over a shard within
+    about 20 s) and nobody is guarding."""
+    return 2 * max(interval_s, HEARTBEAT_S) + interval_s
+
+
 AT_RISK = frozenset({Reason.PROJECTED_OOM, Reason.NODE_MEMORY_RUNNING_OUT, Reason.CRITICAL_USAGE,
                      Reason.MEMORY_PRESSURE, Reason.OOM_KILLED,
                      Reason.OBJECT_STORE_FILLING, Reason.OBJECT_STORE_FULL, Reason.ROTATION_DEFERRED,
@@ -199,6 +214,13 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
         degraded = (True, "NoMemorySource",
                     f"{len(blind)} pod(s) whose sidecar reads no memory (no cgroup, no Ray process found), so "
                     f"nothing protects them: {', '.join(blind[:10])}")
+    elif waiting:
+        # Not a fault of the guard's (nothing to repair), but never "all
+        # report" while some do not (issue 61, 2: both pods Pending read so).
+        degraded = (False, "AsExpected", f"the running guarded pods report samples; {len(waiting)} not asked (not "
+                                         f"running yet, or made before the sidecar): {', '.join(waiting[:10])}")
+    elif not pods:
+        degraded = (False, "AsExpected", "the selected RayClusters have no pods to guard yet")
     else:
         degraded = (False, "AsExpected", "all guarded pods report samples")
     # Ready says the guard guards what its spec names (issue 42, 4: a
@@ -229,9 +251,12 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
             # Positive polarity, for `kubectl get`'s REPORTING column: False
             # when a guarded pod's sidecar is unreachable or reads no memory
             # (READY says only that the guard is served).
-            condition("Reporting", bool(pods) and not unreachable and not blind,
+            # A pod that reports nothing is not reporting, whatever the reason
+            # (issue 61, 2): pods not running yet read NotReporting here,
+            # though they degrade nothing.
+            condition("Reporting", bool(pods) and not unreachable and not blind and not waiting,
                       "SidecarUnreachable" if unreachable else "NoMemorySource" if blind else
-                      "AllReporting" if pods else "NoPods",
+                      "NotReporting" if waiting else "AllReporting" if pods else "NoPods",
                       f"{len(pods) - len(unreachable) - len(blind) - len(waiting)} of {len(pods)} guarded pod(s) "
                       f"report memory" + (f"; {len(waiting)} not asked (not running yet, or made before the "
                                           f"sidecar): {', '.join(waiting[:10])}" if waiting else ""),

@@ -107,7 +107,8 @@ async def _run(a: argparse.Namespace, credentials: Any, console: Console,
                 print(f"memoryguard-kuberay top: {e}", file=sys.stderr)
                 return 1
             _record(history, guards)
-            console.print(topview.screen(guards, title=_title(a.namespace, credentials.server), limit=a.limit))
+            console.print(topview.screen(guards, title=_title(a.namespace, credentials.server), limit=a.limit,
+                                         now=time.time()))
             if a.save:
                 if a.save.endswith(".svg"):
                     console.save_svg(a.save, title="memoryguard-kuberay top")
@@ -126,7 +127,7 @@ async def _run(a: argparse.Namespace, credentials: Any, console: Console,
                 except (ApiError, OSError) as e:
                     note = f"could not read the guards: {e}; showing the last answer, trying again"
                 live.update(topview.screen(last, title=_title(a.namespace, credentials.server), note=note,
-                                           limit=a.limit), refresh=True)
+                                           limit=a.limit, now=time.time()), refresh=True)
                 await asyncio.sleep(a.interval if stop_at is None else max(0.0, min(a.interval,
                                                                                      stop_at - time.monotonic())))
         return 0

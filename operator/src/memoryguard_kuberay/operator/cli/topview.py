@@ -194,11 +194,38 @@ class PodTable:
                        style="dim")
 
 
-def screen(guards: Sequence[Mapping[str, Any]], *, title: str, note: str = "", limit: int = 40) -> RenderableType:
-    """The whole view: one table of pods (at most ``limit``), then actions."""
+DEFAULT_INTERVAL_S = 15.0  # spec.sampling.intervalSeconds' default, where a guard's cannot be read
+
+
+def unguarded(guards: Iterable[Mapping[str, Any]], now: float) -> dict[tuple[str, str], float | None]:
+    """The guards no operator has run a cycle of for longer than it would
+    while guarding them (status.lastCycleTime; issue 61, 2), with how long
+    (None: never), by (namespace, name)."""
+    out: dict[tuple[str, str], float | None] = {}
+    for g in guards:
+        meta = _map(g.get("metadata"))
+        interval = _number(_map(_map(g.get("spec")).get("sampling")).get("intervalSeconds")) or DEFAULT_INTERVAL_S
+        beat = parse_time(_map(g.get("status")).get("lastCycleTime"))
+        if beat is None or now - beat > status.stale_after_s(interval):
+            out[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = None if beat is None else now - beat
+    return out
+
+
+def screen(guards: Sequence[Mapping[str, Any]], *, title: str, note: str = "", limit: int = 40,
+           now: float | None = None) -> RenderableType:
+    """The whole view: one table of pods (at most ``limit``), then actions.
+    With ``now`` (the operator's clock), the pods of a guard no operator
+    guards read verdict ``Unknown``, and a line says since when."""
     lines = pod_lines(guards)
+    stale = unguarded(guards, now) if now is not None else {}
+    lines = [dataclasses.replace(p, verdict="Unknown", decision=f"(as it was; last said: {p.verdict}) {p.decision}")
+             if (p.namespace, p.guard) in stale else p for p in lines]
     table = PodTable(lines[:limit], title)
     parts: list[RenderableType] = [table]
+    for (ns, name), age in sorted(stale.items()):
+        parts.append(Text(f"NOT GUARDED: {ns}/{name}: no operator has run its cycle "
+                          + ("yet" if age is None else f"for {fmt_duration(age)}")
+                          + ": its figures are as they were then (is the operator running?)", style="bold red"))
     if len(lines) > limit:
         parts.append(Text(f"... and {len(lines) - limit} more pod(s), further from harm", style="dim"))
     if not lines:

@@ -31,6 +31,7 @@ from typing import Any
 
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.api.errors import ApiError
+from memoryguard_kuberay.operator.clock import micro_time, parse_time
 from memoryguard_kuberay.operator.cycle import cadence, steps
 from memoryguard_kuberay.operator.cycle.guardstate import Guard, Memory, Run
 from memoryguard_kuberay.operator.cycle.steps import INVALID_RETRY_S, PLACING_RETRY_S, REFUSED_RETRY_S
@@ -157,9 +158,14 @@ async def write_status(g: Guard, status: Mapping[str, Any]) -> None:
     keeps keys it is not told to remove."""
     last = g.mem.status
     merged = {**last, **status}
-    if merged == last:
+    now = g.ctx.clock.now()
+    beat = parse_time(last.get("lastCycleTime"))
+    if merged == last and beat is not None and 0 <= now - beat < st.HEARTBEAT_S:
         return
-    patch = {k: st.merge_patch(last.get(k), v) for k, v in status.items()}
+    # Every write says the guard is guarded now (issue 61, 2).
+    status = {**status, "lastCycleTime": micro_time(now)}
+    merged = {**last, **status}
+    patch = {k: st.merge_patch(last.get(k), v) for k, v in status.items() if last.get(k) != v}
     try:
         await g.ctx.kube.patch_guard_status(g.namespace, g.name, patch)
     except ApiError as e:
