@@ -54,3 +54,42 @@ def test_the_server_and_the_reader_agree_on_every_row(real: ControlPlane) -> Non
     print(f"\nadmission table on the real server: {len(spectable.ROWS)} rows, {counted}")
     assert disagree == [], "\n".join(map(str, disagree))
     assert counted["accepted"] > 20 and counted["refused"] > 50  # the table probes both sides
+
+
+def test_a_planted_remedy_configmap_is_replaced_whole_never_merged(real: ControlPlane) -> None:
+    """Issue 63, 3, on the real apiserver: a ConfigMap planted first under the
+    name the remediation will use, by someone who may write ConfigMaps only,
+    kept its LD_AUDIT and PYTHONPATH (the operator merged its labels and data
+    in), and the Ray container's envFrom then read them. Now it is replaced
+    whole: data, labels and owner exactly the operator's. Names of
+    clusters and groups that read alike once joined no longer meet."""
+    import asyncio
+
+    from memoryguard_kuberay.operator.api.credentials import Credentials
+    from memoryguard_kuberay.operator.api.kube import Kube
+    from memoryguard_kuberay.operator.rayclusters import patches
+
+    ns = "mg-planted"
+    api = real.admin()
+    api.ok("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+    assert patches.remedy_configmap("ray", "gpu-workers", "jemalloc") != patches.remedy_configmap(
+        "ray-gpu", "workers", "jemalloc")
+    name = patches.remedy_configmap("ray", "gpu-workers", "jemalloc")
+    api.ok("POST", f"/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": name, "labels": {"planted": "1"}},
+                                                           "data": {"LD_AUDIT": "/tmp/x.so", "PYTHONPATH": "/tmp"}})
+    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "ray", "namespace": ns, "uid": "u-1"}}
+    env = {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "MALLOC_CONF": "background_thread:true"}
+    body = patches.remedy_configmap_body(rc, name, "jemalloc", env)
+
+    async def put() -> None:
+        kube = Kube(Credentials(server=real.server, token=api.token, ca_path=str(real.ca)), timeout_s=10)
+        try:
+            await kube.put_configmap(ns, body)
+        finally:
+            await kube.close()
+
+    asyncio.run(put())
+    held = api.ok("GET", f"/api/v1/namespaces/{ns}/configmaps/{name}")
+    assert held["data"] == env, held["data"]
+    assert held["metadata"]["labels"] == body["metadata"]["labels"], held["metadata"]
+    assert [o["uid"] for o in held["metadata"]["ownerReferences"]] == ["u-1"]

@@ -368,15 +368,22 @@ class Kube:
         await self.request("POST", f"/api/v1/namespaces/{namespace}/configmaps", json=dict(body))
 
     async def put_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
-        """Create it, or (it exists: 409) merge-patch its labels and data."""
+        """Create it, or (it exists: 409) replace it whole, at the version
+        read: its data, labels and owners become exactly ``body``'s. A merge
+        kept what was there: a ConfigMap planted first under the name (by
+        anyone who may write ConfigMaps, not RayClusters) kept its
+        ``LD_AUDIT`` and ``PYTHONPATH``, which the Ray container's envFrom
+        then read (issue 63, 3). A write between the read and the
+        replace is refused (409) and raised: the next cycle tries again."""
         try:
             await self.create_configmap(namespace, body)
         except Conflict:
             name = body["metadata"]["name"]
-            await self.request("PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{name}",
-                               json={"metadata": {"labels": dict(body["metadata"].get("labels") or {})},
-                                     "data": dict(body.get("data") or {})},
-                               content_type="application/merge-patch+json")
+            path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+            there = await self.request("GET", path)
+            version = (there.get("metadata") or {}).get("resourceVersion") if isinstance(there, dict) else None
+            await self.request("PUT", path, json={**body, "metadata": {**body["metadata"],
+                                                                      "resourceVersion": version}})
 
     async def list_configmaps(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         """The matching ConfigMaps whole (for ``memoryguard-kuberay forensics``,

@@ -74,13 +74,14 @@ REMEDY_LABEL = C.LABEL_REMEDY
 
 
 def remedy_configmap(cluster: str, group: str, kind: str) -> str:
-    """Its name: a DNS subdomain (group names may hold what one may not:
-    those, and names too long, end in a hash of the whole)."""
-    raw = f"{REMEDY_CONFIGMAP}-{kind}-{cluster}-{group}"
-    name = re.sub(r"[^a-z0-9.-]", "-", raw.lower()).strip("-.")
-    if name != raw or len(name) > 253:
-        name = f"{name[:230].rstrip('-.')}-{hashlib.sha256(raw.encode()).hexdigest()[:10]}"
-    return name
+    """Its name: a DNS subdomain that ends in a hash of the kind, cluster and
+    group apart. Joined with dashes alone, RayCluster ``ray`` group
+    ``gpu-workers`` and RayCluster ``ray-gpu`` group ``workers`` shared one,
+    and each one's remediation wrote the other's env (issue 63, 3); group
+    names may also hold what a name may not, and be too long."""
+    readable = re.sub(r"[^a-z0-9.-]", "-", f"{REMEDY_CONFIGMAP}-{kind}-{cluster}-{group}".lower()).strip("-.")
+    tag = hashlib.sha256("\0".join((kind, cluster, group)).encode()).hexdigest()[:10]
+    return f"{readable[:230].rstrip('-.')}-{tag}"
 
 
 def env_from_mark(configmap: str) -> dict[str, str]:
