@@ -94,7 +94,7 @@ def test_printer_columns_and_defaults_as_a_user_sees_them(real: ControlPlane, tm
     real.wait_established(f"{CRD_NAME}")
     real.kubectl("apply", "-f", str(path))
     header = real.kubectl("get", "mg", "-n", "mg-columns").stdout.splitlines()[0].split()
-    assert header == ["NAME", "PODS", "AT", "RISK", "ROTATIONS", "REPORTING", "READY", "DRY", "RUN", "SEEN", "AGE"]
+    assert header == ["NAME", "PODS", "AT", "RISK", "ROTATED", "REPORTING", "READY", "DRY", "RUN", "SEEN"]
     # A status as the operator writes it, for a guard whose sidecars do not
     # all report (issue 26, 6): REPORTING reads False, and `get -A` fits in
     # 100 columns for usual names; -o wide adds the clusters and the last action.

@@ -92,7 +92,8 @@ def crd() -> dict[str, Any]:
     cols = [
         {"name": "Pods", "type": "integer", "jsonPath": ".status.summary.pods"},
         {"name": "At risk", "type": "integer", "jsonPath": ".status.summary.atRisk"},
-        {"name": "Rotations", "type": "integer", "jsonPath": ".status.rotations.total"},
+        {"name": "Rotated", "type": "integer", "jsonPath": ".status.rotations.total",
+         "description": "rotations that ended with a ready replacement"},
         {"name": "Reporting", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Reporting\")].status",
          "description": "False: a guarded pod's sidecar is unreachable or reads no memory"},
         {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status",
@@ -104,7 +105,8 @@ def crd() -> dict[str, Any]:
         # Ready turns Unknown by another controller, which a guard has not).
         {"name": "Seen", "type": "date", "jsonPath": ".status.lastCycleTime",
          "description": "how long ago an operator last ran this guard's cycle"},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        # -o wide: SEEN took its place within 100 columns, and says more.
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp", "priority": 1},
         {"name": "Clusters", "type": "integer", "jsonPath": ".status.summary.clusters", "priority": 1},
         # At most status.BRIEF_MAX characters: the full text is in lastAction and the Events.
         {"name": "Last action", "type": "string", "jsonPath": ".status.lastActionBrief", "priority": 1},
