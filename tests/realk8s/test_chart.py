@@ -258,3 +258,23 @@ def test_try_it_out_of_cluster_as_install_md_says(real: ControlPlane, tmp_path: 
     finally:
         stop(proc, timeout=20)
     assert "Traceback" not in log.read_text(errors="replace")
+
+
+def test_the_runbooks_eviction_by_hand_evicts_on_the_real_server(real: ControlPlane) -> None:
+    """Issue 61, 4: the runbook told users to rotate by hand with the
+    annotation where the guard is in dry run, where it only plans. The way it
+    gives now (the Eviction API through kubectl) is run as written, with the
+    placeholders filled, against the real apiserver."""
+    text = (ROOT / "docs" / "runbooks.md").read_text()
+    section = text.split("## MemoryGuardWorkerProjectedOOM", 1)[1].split("\n## ", 1)[0]
+    snippet = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    ns, pod = "mg-runbook", "w-leaking"
+    real.kubectl("create", "namespace", ns)
+    real.admin().ok("POST", f"/api/v1/namespaces/{ns}/pods", {
+        "metadata": {"name": pod}, "spec": {"nodeName": "n-absent", "containers": [{"name": "c", "image": "x"}]}})
+    script = snippet.replace("<ns>", ns).replace("<pod>", pod).replace("kubectl ", f"{real.tools / 'kubectl'} ")
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "KUBECONFIG": str(real.kubeconfig)})
+    assert out.returncode == 0 and '"code":201' in out.stdout, (script, out.stdout, out.stderr)
+    assert (real.admin().get(f"/api/v1/namespaces/{ns}/pods/{pod}") or {}).get("metadata", {}).get(
+        "deletionTimestamp"), "the pod was not evicted"
