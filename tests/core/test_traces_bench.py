@@ -158,3 +158,24 @@ def test_trace_round_trip_keeps_unknowns() -> None:
 def test_bad_traces_say_where(text: str, says: str) -> None:
     with pytest.raises(TraceError, match=says):
         list(iter_samples(io.StringIO(text), source="f.csv"))
+
+
+def test_a_trace_cut_off_mid_row_is_named(tmp_path: Path) -> None:
+    # Issue 59: a trace whose last row was cut off mid-line was read with no
+    # warning. Strictly read, a short row is an error naming its line; read
+    # as simulate reads (tolerated), it is dropped and named, and a file that
+    # ends without a newline is said to (its last row may be cut mid-number).
+    from memoryguard_kuberay.core.traces import read_trace
+
+    with pytest.raises(TraceError, match=r"f.csv:3: 2 cell\(s\) where the header has 3: the row was cut off"):
+        list(iter_samples(io.StringIO("t_s,memory_current,memory_max\n0,1,9\n15,2\n"), source="f.csv"))
+    cut = tmp_path / "cut.csv"
+    cut.write_text("t_s,memory_current,memory_max\n0,100,900\n15,110,900\n30,12")
+    trace = read_trace(cut)
+    assert [s.time_s for s in trace.samples] == [0, 15]
+    assert any("1 row(s) cut off" in w and "line(s) 4" in w for w in trace.warnings), trace.warnings
+    assert not any("newline" in w for w in trace.warnings), trace.warnings  # the cut row is named already
+    whole = tmp_path / "whole.csv"
+    whole.write_text("t_s,memory_current,memory_max\n0,100,900\n15,110,900\n30,120,900")
+    assert [w for w in read_trace(whole).warnings if "newline" in w], "a last row without its newline is said"
+    assert len(read_trace(whole).samples) == 3

@@ -80,6 +80,11 @@ class Tolerated:
     unknown_cells: int = 0
     no_limit_cells: int = 0
     dropped_rows: int = 0
+    # Lines whose row has fewer cells than the header: cut off (a trace
+    # copied while it was written, a disk full), dropped and named.
+    cut_lines: list[int] = dataclasses.field(default_factory=list)
+    # The file does not end in a newline: its last row may be cut mid-number.
+    unterminated_line: int | None = None
 
     def warnings(self, source: str) -> list[str]:
         out = []
@@ -90,6 +95,13 @@ class Tolerated:
         if self.dropped_rows:
             out.append(f"{source}: {self.dropped_rows} row(s) dropped: their t_s did not come after the row before "
                        "(as the operator drops a sample older than its last)")
+        if self.cut_lines:
+            lines = ", ".join(str(n) for n in self.cut_lines[:5]) + (" ..." if len(self.cut_lines) > 5 else "")
+            out.append(f"{source}: {len(self.cut_lines)} row(s) cut off (fewer cells than the header) dropped: "
+                       f"line(s) {lines}")
+        if self.unterminated_line is not None and self.unterminated_line not in self.cut_lines:
+            out.append(f"{source}:{self.unterminated_line}: the file ends without a newline: its last row may be cut "
+                       "off mid-number (read as it stands)")
         return out
 
 
@@ -112,6 +124,14 @@ def iter_samples(stream: IO[str], *, source: str = "<stream>", tolerated: Tolera
     lineno = 1
     try:
         for lineno, row in enumerate(reader, start=2):
+            # csv gives a cell missing from a short row as None ("" is an empty cell).
+            if None in row or any(row.get(c) is None for c in fields):
+                if tolerated is not None and None not in row:
+                    tolerated.cut_lines.append(lineno)
+                    continue
+                have = len([c for c in fields if row.get(c) is not None]) + len(row.get(None) or [])
+                raise TraceError(f"{source}:{lineno}: {have} cell(s) where the header has {len(fields)}: "
+                                 + ("the row was cut off" if None not in row else "more cells than columns"))
             for column in fields:
                 raw = row.get(column)
                 if column not in _ATTR or raw in (None, ""):
@@ -148,6 +168,18 @@ def iter_samples(stream: IO[str], *, source: str = "<stream>", tolerated: Tolera
         raise TraceError(f"{source}:{lineno + 1}: {exc}") from None
 
 
+def _unterminated_line(p: Path) -> int | None:
+    """The number of the file's last line where it does not end in a newline."""
+    with p.open("rb") as raw:
+        if raw.seek(0, 2) == 0:
+            return None
+        raw.seek(-1, 2)
+        if raw.read(1) in (b"\n", b"\r"):
+            return None
+        raw.seek(0)
+        return 1 + sum(chunk.count(b"\n") for chunk in iter(lambda: raw.read(1 << 16), b""))
+
+
 def read_trace(path: str | Path) -> Trace:
     p = Path(path)
     try:
@@ -158,6 +190,7 @@ def read_trace(path: str | Path) -> Trace:
             samples = tuple(iter_samples(f, source=str(p), tolerated=tolerated))
         with p.open(newline="", encoding="utf-8") as f:
             columns = next(csv.reader(f), [])
+        tolerated.unterminated_line = _unterminated_line(p)
     except OSError as exc:
         raise TraceError(f"{p}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
