@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-PHONY_TIERS := check e2e ray emulator realk8s
+PHONY_TIERS := check e2e replays ray emulator realk8s
 .PHONY: setup run demo test lint typecheck unit $(PHONY_TIERS) faults real-pods cgroupv2 soak bench bench-sidecar bench-hostile bench-tenants bench-tenants-real bench-flood bench-state bench-operator detection-sets psi-at-the-limit real-leak crds traces clean
 
 PARTS   := core sidecar operator devkit
@@ -37,7 +37,7 @@ typecheck: $(STAMP)
 # every change (lint, types, the core and the units, in two lanes as
 # tests/lanes.py splits them);
 # `make test` is everything, what CI runs.
-FAST := not (e2e or ray or realk8s or realpods or slow or faults or emulator or cgroupv2)
+FAST := not (replays or e2e or ray or realk8s or realpods or slow or faults or emulator or cgroupv2)
 
 check: lint typecheck
 	$(BIN)/python -m tests.lanes --fast "$(FAST)"
@@ -47,6 +47,11 @@ unit: $(STAMP)
 
 e2e: $(STAMP)
 	$(BIN)/pytest -q -m e2e
+
+# Whole trace sets replayed through the policy (the examples, the shared
+# labelled traces, every behaviour drawn afresh): a handful stay in `check`.
+replays: $(STAMP)
+	$(BIN)/pytest -q -m replays
 
 ray: $(STAMP)
 	$(BIN)/pytest -q -m ray
@@ -130,10 +135,9 @@ bench-operator: $(STAMP)
 faults: $(STAMP)
 	$(BIN)/pytest -q -m faults
 
-# About 10 minutes, not in CI: 200 workers, faults at random; exits 1 on any
-# invariant violation.
 # As root where ../shared/realk8s is beside the checkout (part of make test):
-# the real-pod tier alone (a real kubelet, the project's images, a real leak).
+# the real-pod tier alone (the kit's whole cluster, the chart's operator pod,
+# the project's images, a real leak, a real Prometheus).
 real-pods: $(STAMP)
 	$(BIN)/pytest -q -s tests/realpods
 
@@ -142,6 +146,8 @@ real-pods: $(STAMP)
 cgroupv2: $(STAMP)
 	$(BIN)/pytest -q -s -m cgroupv2
 
+# About 10 minutes, not in CI: 200 workers, faults at random; exits 1 on any
+# invariant violation.
 soak: $(STAMP)
 	$(BIN)/python benchmarks/soak.py
 

@@ -28,7 +28,7 @@ TIERS_BY_PATH = {
 
 
 # The tiers in the order the README lists them; "fast" is none of the others.
-TIERS = ("fast", "e2e", "faults", "emulator", "ray", "slow", "realk8s", "realpods", "cgroupv2")
+TIERS = ("fast", "replays", "e2e", "faults", "emulator", "ray", "slow", "realk8s", "realpods", "cgroupv2")
 _TIER_OF: dict[str, str] = {}  # test id -> its tier
 _TIER_TIME: dict[str, list[float]] = {}  # tier -> [tests, seconds (setup, call and teardown)]
 

@@ -65,6 +65,7 @@ def test_missing_trace_is_a_clear_error() -> None:
     assert r.returncode == 2 and "No such file" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.replays
 def test_bench_json_and_gen_traces(tmp_path: Path) -> None:
     r = mg("gen-traces", str(tmp_path), "--random", "6", "--seed", "3")
     assert r.returncode == 0, r.stderr

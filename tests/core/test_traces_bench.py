@@ -26,6 +26,10 @@ from memoryguard_kuberay.core.traceshapes import (
 )
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
+# A handful of the examples replayed in the fast tier, one of each kind the
+# policy tells apart (the whole sets are the ``replays`` tier: issue 62, 6).
+HANDFUL = ("leak_steady", "healthy_gc_sawtooth", "plasma_never_released", "fragmentation_flattens",
+           "healthy_store_held_full")
 
 
 def _score(directory: Path) -> dict:  # type: ignore[type-arg]
@@ -43,6 +47,7 @@ def test_examples_are_what_the_generator_makes() -> None:
     assert read_labels(commands.examples_dir() / "labels.json")[shape.name] == labels_for(shape, samples)
 
 
+@pytest.mark.replays
 @pytest.mark.parametrize("directory", [commands.examples_dir(), SHARED], ids=["examples", "shared"])
 def test_every_leak_caught_no_false_rotation(directory: Path) -> None:
     if not directory.exists():
@@ -58,6 +63,19 @@ def test_every_leak_caught_no_false_rotation(directory: Path) -> None:
     assert 1.0 <= t["median_lead_h"] <= 4.0
 
 
+def test_a_handful_of_examples_each_as_labelled() -> None:
+    labels = read_labels(commands.examples_dir() / "labels.json")
+    firsts = {}
+    for name in HANDFUL:
+        samples = list(iter_samples((commands.examples_dir() / f"{name}.csv").open(newline="")))
+        firsts[name] = replay(name, samples, PolicySettings()).first_rotation_s
+    result = scoring.score({n: labels[n] for n in HANDFUL}, firsts)
+    assert result.missed == 0 and result.false_rotations == 0, result.rows
+    caught = [r for r in result.rows if r.outcome == "caught"]
+    assert len(caught) == 2 and all((r.lead_s or 0) >= 1800 for r in caught), result.rows
+
+
+@pytest.mark.replays
 @pytest.mark.parametrize("behaviour", BEHAVIOURS)
 def test_behaviours_drawn_afresh(behaviour: str) -> None:
     """Each behaviour of issue 13, drawn with parameters the examples do not
@@ -74,6 +92,7 @@ def test_behaviours_drawn_afresh(behaviour: str) -> None:
     assert result.missed == 0 and result.false_rotations == 0, result.rows
 
 
+@pytest.mark.replays
 @pytest.mark.parametrize("behaviour", FIELD_BEHAVIOURS)
 def test_the_shapes_real_nodes_produce_drawn_afresh(behaviour: str) -> None:
     """Issue 39's shapes, each a leak or its healthy twin (a full store with
@@ -110,6 +129,7 @@ def test_a_sawtooth_begun_after_a_flat_stretch_starts_where_it_is_told() -> None
     assert max(first_tooth) - max(before) > 0.8 * shape.sawtooth_amp - 8 * shape.noise
 
 
+@pytest.mark.replays
 def test_a_sawtooth_begun_after_a_flat_stretch_is_never_rotated_after_its_first_tooth() -> None:
     """The known limit (docs/how-it-works.md): a sawtooth's first tooth
     after a flat stretch climbs at a sudden leak's pace and may be rotated;
@@ -125,6 +145,7 @@ def test_a_sawtooth_begun_after_a_flat_stretch_is_never_rotated_after_its_first_
     assert rotated < 8  # some first teeth end before their pace projects an OOM within the horizon
 
 
+@pytest.mark.replays
 def test_a_serving_pods_day_at_its_peak_is_not_replaced_by_the_ladder() -> None:
     """Two drawn serving pods' days that the ladder replaced at their peak
     (issue 39's shapes, seed 39): the plateau's noise read as growth after
