@@ -187,3 +187,15 @@ def test_a_trace_the_policy_cannot_judge_says_so(tmp_path: Path) -> None:
                           str(tmp_path / "climb.csv")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     assert "no inactive_file column: the working set (memory_current - inactive_file) is unknown" in out.stderr
+
+
+def test_bench_on_the_examples_folder_points_at_its_traces(tmp_path: Path) -> None:
+    # Issue 61, 7: `bench examples` failed ("no .csv traces in examples")
+    # where its help said the examples were the default.
+    exe = str(Path(sys.executable).parent / "memoryguard-kuberay")
+    (tmp_path / "examples" / "traces").mkdir(parents=True)
+    (tmp_path / "examples" / "traces" / "labels.json").write_text("{}")
+    out = subprocess.run([exe, "bench", "examples"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 2 and "(did you mean examples/traces?)" in out.stderr, out.stderr
+    helped = subprocess.run([exe, "bench", "--help"], capture_output=True, text=True, timeout=60)
+    assert "examples/traces" in " ".join(helped.stdout.split()), helped.stdout

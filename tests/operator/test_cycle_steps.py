@@ -337,3 +337,20 @@ def test_the_status_carries_a_heartbeat_written_at_least_every_minute(monkeypatc
     later = [(dt, v) for dt, v in writes[1:]]
     assert [dt for dt, _ in later] == [60], later  # the heartbeat, a minute on
     assert later[0][1] == {"lastCycleTime": micro_time(1_000_060.0)}
+
+
+def test_a_warning_event_is_logged_as_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    # Issue 61, 7: Warning Events were logged at INFO.
+    from memoryguard_kuberay.operator.decided import Decided, say
+    from memoryguard_kuberay.operator.events import EventReason
+
+    clock = FixedClock()
+    kube = FakeKube(RC, _guard(SPEC))
+    loop = guarding.Guard(_context(kube, FakePods([]), clock), NS, GUARD)
+    loop.memory = guardstate.Memory.from_status({})
+    said = (say(EventReason.EVICTION_REFUSED, "w-1: eviction refused (429)"),
+            say(EventReason.EVICTED, "w-2 evicted"))
+    with caplog.at_level("INFO", logger="memoryguard_kuberay.operator"):
+        asyncio.run(guarding._write(loop, kube.guard, Decided(says=said)))
+    levels = {r.getMessage().split(" ", 2)[1]: r.levelname for r in caplog.records if "evict" in r.getMessage()}
+    assert levels == {"WorkerEvictionRefused:": "WARNING", "WorkerEvicted:": "INFO"}, levels

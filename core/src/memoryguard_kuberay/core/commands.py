@@ -91,7 +91,10 @@ def load_traces(paths: Sequence[str], *, unreadable: dict[str, str] | None = Non
     readable is a UsageError either way."""
     files = trace_files(paths or [str(examples_dir())])
     if not files:
-        raise UsageError(f"no .csv traces in {', '.join(paths) or examples_dir()}")
+        # `bench examples` from a checkout: the folder holds the example traces one level down.
+        nested = [f"{p}/traces" for p in paths if Path(p, "traces", "labels.json").is_file()]
+        raise UsageError(f"no .csv traces in {', '.join(paths) or examples_dir()}"
+                         + (f" (did you mean {', '.join(nested)}?)" if nested else ""))
     out = []
     for p in files:
         try:

@@ -147,7 +147,9 @@ async def _write(g: Guard, guard: Mapping[str, Any], decided: Decided) -> Decide
     if status:
         await write_status(g, status)
     for said in decided.says:
-        log.info("%s/%s %s: %s", g.namespace, g.name, said.reason.value, said.message)
+        # At the Event's own level: a Warning Event is a WARNING line (issue 61, 7).
+        log.log(logging.WARNING if said.reason.warning else logging.INFO, "%s/%s %s: %s", g.namespace, g.name,
+                said.reason.value, said.message)
         g.ctx.events.announce(g.namespace, guard, said)
     return Decided(end_in_s=decided.end_in_s, degraded=decided.degraded)
 
