@@ -38,8 +38,8 @@ def _parser() -> argparse.ArgumentParser:
                                                                     "remediated template")
 
     b = sub.add_parser("bench", help="score the policy and a static baseline on labelled traces")
-    b.add_argument("directory", nargs="?", metavar="DIR", help="traces and labels.json (default: the project's example traces, "
-                                                                 "examples/traces)")
+    b.add_argument("directory", nargs="?", metavar="DIR",
+                   help="traces and labels.json (default: the project's example traces, examples/traces)")
     b.add_argument("--labels", metavar="labels.json", help="what really happened to each trace "
                                                           "(default: DIR/labels.json)")
     b.add_argument("--guard", metavar="FILE.yaml", help="a MemoryGuard manifest whose spec sets the policy "
