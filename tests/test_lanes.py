@@ -7,7 +7,7 @@ from tests.conftest import TIERS
 
 
 def test_lane_a_names_only_tiers_conftest_marks() -> None:
-    assert set(lanes.LANE_A_TIERS) <= set(TIERS) - {"fast"}
+    assert set(lanes.LANE_A_TIERS) | set(lanes.LANE_B_TIERS) <= set(TIERS) - {"fast"}
 
 
 def test_lane_b_is_everything_lane_a_does_not_select() -> None:
@@ -23,3 +23,18 @@ def test_the_fast_tiers_lanes_split_its_files_between_them() -> None:
     assert rest == ["-m", "M", *(f"--ignore={p}" for p in lanes.FAST_SPLIT)]
     root = Path(__file__).resolve().parents[1]
     assert all((root / p).exists() for p in lanes.FAST_SPLIT)  # a moved one: its lane would find nothing
+
+
+def test_the_fault_matrix_runs_in_lane_b_and_the_rest_of_e2e_in_lane_a() -> None:
+    import subprocess
+    import sys
+
+    def collected(args: list[str]) -> set[str]:
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *args, "tests/faults",
+                              "tests/sidecar/test_e2e.py"], capture_output=True, text=True, timeout=300)
+        return {line for line in out.stdout.splitlines() if "::" in line}
+
+    (_, a), (_, b) = lanes.LANES
+    in_a, in_b = collected(a), collected(b)
+    assert in_a and in_b and not in_a & in_b
+    assert all(t.startswith("tests/faults/") for t in in_b) and not any(t.startswith("tests/faults/") for t in in_a)
