@@ -16,6 +16,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from memoryguard_kuberay.core import specfields
 from memoryguard_kuberay.core.policy import Action, Reason
 from memoryguard_kuberay.core.policy.decide import RULES
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration
@@ -194,9 +195,6 @@ class PodTable:
                        style="dim")
 
 
-DEFAULT_INTERVAL_S = 15.0  # spec.sampling.intervalSeconds' default, where a guard's cannot be read
-
-
 def unguarded(guards: Iterable[Mapping[str, Any]], now: float) -> dict[tuple[str, str], float | None]:
     """The guards no operator has run a cycle of for longer than it would
     while guarding them (status.lastCycleTime; issue 61, 2), with how long
@@ -204,7 +202,8 @@ def unguarded(guards: Iterable[Mapping[str, Any]], now: float) -> dict[tuple[str
     out: dict[tuple[str, str], float | None] = {}
     for g in guards:
         meta = _map(g.get("metadata"))
-        interval = _number(_map(_map(g.get("spec")).get("sampling")).get("intervalSeconds")) or DEFAULT_INTERVAL_S
+        interval = (_number(_map(_map(g.get("spec")).get("sampling")).get("intervalSeconds"))
+                    or float(specfields.default("sampling.intervalSeconds")))  # where a guard's cannot be read
         beat = parse_time(_map(g.get("status")).get("lastCycleTime"))
         if beat is None or now - beat > status.stale_after_s(interval):
             out[(str(meta.get("namespace", "")), str(meta.get("name", "")))] = None if beat is None else now - beat
