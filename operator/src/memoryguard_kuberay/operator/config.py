@@ -56,6 +56,16 @@ ENV: tuple[EnvSetting, ...] = (
     EnvSetting("POLICY_SIDECAR_PORT", Kind.INT, "", "the sidecar port the chart's NetworkPolicy covers; guards "
                "injecting a sidecar on another port are refused (set by the chart when it renders the policy)",
                1, 65535, attr="trust.policy_port"),
+    EnvSetting("ADMISSION_PORT", Kind.INT, "0", "the pod admission webhook's HTTPS port, which injects the sidecar "
+               "into every Ray pod a guard selects as it is created (chart: `admission.enabled`, port 9443); 0: no "
+               "webhook, the sidecar goes into the RayClusters' pod templates instead", 0, 65535,
+               attr="admission_port"),
+    EnvSetting("ADMISSION_HOST", Kind.TEXT, "0.0.0.0", "the address the webhook is served on",
+               attr="admission_host"),
+    EnvSetting("ADMISSION_CERT_DIR", Kind.TEXT, "/etc/memoryguard/admission", "the webhook's `tls.crt` and "
+               "`tls.key` (the chart mounts its Secret here), reread when they change", attr="admission_cert_dir"),
+    EnvSetting("ADMISSION_INSECURE", Kind.FLAG, "false", "tests only: serve the webhook over plain HTTP (no API "
+               "server calls one so)", attr="admission_insecure"),
     EnvSetting("DRAIN", Kind.FLAG, "true", "drain Ray nodes through the GCS before evicting (chart: "
                "`drain.enabled`)", attr="drain"),
     EnvSetting("DRAIN_RPC_TIMEOUT_SECONDS", Kind.NUMBER, "15", "how long a drain waits for the GCS before the pod "
@@ -148,6 +158,10 @@ class OperatorConfig:
     trust: tr.Trust = dataclasses.field(default_factory=tr.Trust)
     max_guards_per_namespace: int = _default("MAX_GUARDS_PER_NAMESPACE")  # newer ones are refused (guardroster.py)
     per_pod_metrics: bool = _default("POD_METRICS")  # a series per pod besides the per-group ones (metrics.py)
+    admission_port: int = _default("ADMISSION_PORT")  # 0: no webhook, the sidecar by template patches
+    admission_host: str = _default("ADMISSION_HOST")
+    admission_cert_dir: str = _default("ADMISSION_CERT_DIR")
+    admission_insecure: bool = _default("ADMISSION_INSECURE")
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> OperatorConfig:

@@ -75,6 +75,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # then removes the finalizer at once. Without this wait kopf would sleep
     # the whole cancellation_backoff before removing it (seen: a guard hung).
     settings.background.instant_exit_timeout = STOP_WAIT_S
+    if cfg.admission_port:
+        from memoryguard_kuberay.operator import webhook
+
+        settings.admission.server = webhook.server(cfg)
+        settings.admission.managed = None  # the chart owns the webhook's configuration
     metrics = OperatorMetrics(per_pod=cfg.per_pod_metrics)
     if cfg.metrics_port:
         from prometheus_client import start_http_server
@@ -91,7 +96,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         kube=kube, events=events, drainer=drainer, pods=PodCaches(kube, watch_timeout_s=cfg.watch_timeout_s),
         clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics, sidecar_image=cfg.sidecar_image, trust=cfg.trust,
         ray_forensics=cfg.drain, roster=GuardRoster(kube, limit=cfg.max_guards_per_namespace), shards=shards,
-        native_sidecars=kuberayrules.native_sidecars(await kube.server_minor()))
+        native_sidecars=kuberayrules.native_sidecars(await kube.server_minor()), admission=bool(cfg.admission_port))
     pool = memo.ctx.pod_pool
     metrics.count_connections(lambda: (pool.opened, pool.reused))
 

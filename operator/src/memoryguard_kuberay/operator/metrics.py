@@ -73,6 +73,13 @@ class OperatorMetrics:
         self.evictions_refused = Counter(P + "evictions_refused", "evictions refused (429/5xx)", g, registry=r)
         self.eviction_timeouts = Counter(P + "eviction_timeouts", "rotations given up because evictions were "
                                          "refused past evictionTimeoutSeconds", g, registry=r)
+        # The pod admission webhook (webhook.py), per namespace: "Injected",
+        # or why a Ray pod was created as it came (admission.AdmissionReason,
+        # or "Failed": an answer not given in time or an error).
+        self.admissions = Counter(P + "admissions", "Ray pod creations the webhook answered, by outcome",
+                                  ["namespace", "outcome"], registry=r)
+        self.admission_seconds = Histogram(P + "admission_seconds", "the webhook's time to answer a pod creation",
+                                           buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0), registry=r)
         self.remediations = Counter(P + "remediations", "remediations by kind and mode", [*g, "kind", "mode"],
                                     registry=r)
         self.ladder_steps = Counter(P + "ladder_steps", "the ladder's steps before a rotation, by step (Reclaim, "

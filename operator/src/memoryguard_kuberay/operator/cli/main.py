@@ -64,10 +64,16 @@ def main(argv: Sequence[str]) -> int:
             # Said now, once: in kopf's startup a port in use was retried
             # every 60 s for ever, with a traceback each time.
             _can_listen(cfg.metrics_host, cfg.metrics_port)
+        if cfg.admission_port:
+            _can_listen(cfg.admission_host, cfg.admission_port)
     except (config.ConfigError, NoCredentials) as exc:
         print(f"memoryguard-kuberay operator: {exc}", file=sys.stderr)
         return 2
 
+    if cfg.admission_port:
+        from memoryguard_kuberay.operator import webhook
+
+        webhook.register()  # only with a server: kopf refuses admission handlers without one
     _raise_descriptor_limit()
     namespaces: list[str] = list(a.namespace)
     standalone = a.standalone or bool(a.shards)

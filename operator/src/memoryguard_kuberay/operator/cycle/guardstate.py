@@ -73,6 +73,9 @@ class OperatorContext:
     # sidecar is injected as one, so a pod with restartPolicy Never (Ray's
     # autoscaler v2) restarts it (kuberayrules.py).
     native_sidecars: bool = False
+    # The pod admission webhook is served (webhook.py): pods get the sidecar
+    # as they are created, and no RayCluster's templates are patched for it.
+    admission: bool = False
     roster: guardroster.GuardRoster = dataclasses.field(default=None)  # type: ignore[assignment]
     # Which guards this replica acts on (all, or its shards' on Leases).
     shards: AllShards | ShardKeeper = dataclasses.field(default_factory=AllShards)

@@ -75,6 +75,15 @@ class Polling:
     pool: podhttp.Pool | None = None  # connections kept between polls (the operator's, shared by every guard)
     # The guard injects the sidecar: a pod without it was made before (said so, not polled).
     expect_sidecar: bool = False
+    admission: bool = False  # ... given at admission (webhook.py), else through its template
+
+
+NO_SIDECAR_TEMPLATE = ("no sidecar: the pod was made before the sidecar was injected into its template; it gets the "
+                       "sidecar when it is replaced (a rotation, or KubeRay's replacement)")
+NO_SIDECAR_ADMISSION = ("no sidecar: the pod was created while MemoryGuard's admission webhook did not answer (the "
+                        "operator down or not yet serving; failurePolicy Ignore lets the pod through), or before a "
+                        "guard selected it; it gets the sidecar when it is replaced (a rotation, or KubeRay's "
+                        "replacement)")
 
 
 def judge(settings: PolicySettings, track: PodState, history: RotationHistory, now: float) -> list[Decision]:
@@ -110,8 +119,7 @@ async def poll_into(p: pi.PodInfo, track: PodState, how: Polling, settings: Poli
     track.failure = res.failure if not res.samples else None
     if track.failure is sidecar_client.PollFailure.UNREACHABLE and how.expect_sidecar and not p.injected_sidecar:
         # Nothing answers where no sidecar runs: say why (issue 42, 1).
-        track.error = ("no sidecar: the pod was made before the sidecar was injected into its template; it gets "
-                       "the sidecar when it is replaced (a rotation, or KubeRay's replacement)")
+        track.error = (NO_SIDECAR_ADMISSION if how.admission else NO_SIDECAR_TEMPLATE)
         track.failure = sidecar_client.PollFailure.NO_SIDECAR
     if res.samples or res.blind:
         track.blind = res.blind or all(s.memory_current_bytes is None for s in res.samples)

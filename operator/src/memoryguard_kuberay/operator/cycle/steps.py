@@ -94,7 +94,7 @@ async def set_up_clusters(g: Guard, run: Run, spec: GuardSpec, selected: cluster
     before = g.mem.status.get("templatesHeld") or {}
     done = await clusters.set_up(g.ctx.kube, namespace=g.namespace, guard=run.body, spec=spec,
                                  clusters=selected.clusters, native_sidecar=g.ctx.native_sidecars,
-                                 dry_run=spec.policy.dry_run,
+                                 dry_run=spec.policy.dry_run, admission=g.ctx.admission,
                                  held_before=list(before) if isinstance(before, Mapping) else [])
     held = {name: {"reason": h.why.value, "message": h.message} for name, h in sorted(done.held.items())}
     return Decided(tuple(done.says), {"templatesHeld": held} if held != before else {})
@@ -185,7 +185,7 @@ async def poll_and_decide(g: Guard, found: Cycle) -> tuple[list[st.PodView], Dec
         metrics=g.ctx.metrics, namespace=g.namespace, guard=g.name,
         slots=(g.ctx.namespace_slots.setdefault(g.namespace, asyncio.Semaphore(POLL_CONCURRENCY)),
                g.ctx.pod_slots), pool=g.ctx.pod_pool, at_once=POLL_CONCURRENCY,
-        expect_sidecar=found.spec.sidecar.inject)
+        expect_sidecar=found.spec.sidecar.inject, admission=g.ctx.admission)
     judged = await judging.poll_and_judge(
         found.guarded, g.mem.tracks, how, settings,
         lambda p: acting.history_for(g, p, clock.now(), found.groups, found.by_name.get(p.cluster)))

@@ -122,7 +122,7 @@ class SetUp:
 
 async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: GuardSpec,
                  clusters: Sequence[Mapping[str, Any]], native_sidecar: bool = False,
-                 held_before: Sequence[str] = (), dry_run: bool = False) -> SetUp:
+                 held_before: Sequence[str] = (), dry_run: bool = False, admission: bool = False) -> SetUp:
     """The sidecar in the pod templates (when injected) and one PDB per
     guarded worker group (when enabled). Idempotent. A cluster whose
     templates KubeRay would not take as a change for new pods alone
@@ -130,18 +130,20 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
     when it is first held: ``held_before`` lists those already said). A
     dry run injects the sidecar (the observer: new pods get it, no running
     pod is touched, and without it a dry run has no figures to report:
-    issue 42, 1) and keeps no budget (budgets gate evictions it never makes)."""
+    issue 42, 1) and keeps no budget (budgets gate evictions it never makes).
+    ``admission``: the webhook gives pods the sidecar as they are created
+    (webhook.py), so no template is patched for it."""
     says: list[Say] = []
     held: dict[str, kuberayrules.Held] = {}
     ours = await our_budgets(kube, namespace, clusters) if spec.pdb.enabled and clusters and not dry_run else {}
     for rc in clusters:
         name = rc["metadata"]["name"]
-        hold = kuberayrules.template_hold(rc, allow_recreate=spec.allow_recreate)
+        hold = kuberayrules.template_hold(rc, allow_recreate=spec.allow_recreate, admission=admission)
         if hold is not None:
             held[name] = hold
             if name not in held_before:
                 says.append(say(EventReason.TEMPLATES_HELD, hold.message, rc))
-        if spec.sidecar.inject and hold is None:
+        if spec.sidecar.inject and hold is None and not admission:
             ops = injection.inject_patch(rc, spec.sidecar, groups=spec.selection.worker_groups,
                                        include_head=spec.policy.include_head, native=native_sidecar)
             if ops:

@@ -136,46 +136,52 @@ def inject_patch(rc: Mapping[str, Any], s: SidecarInjection, *, groups: Sequence
     for group, tpath, tpl in templates(rc, include_head=include_head):
         if groups and group not in groups and group != "headgroup":
             continue
-        group_spec = _group_spec(rc, tpath)
-        spec = tpl.get("spec") or {}
-        containers = list(spec.get("containers") or [])
-        if not containers or _has_sidecar(spec):
-            continue
-        ray = containers[RAY_CONTAINER]
-        shm = next((m["name"] for m in ray.get("volumeMounts") or [] if m.get("mountPath") == "/dev/shm"), None)
-        volumes: list[dict[str, Any]] = [{"name": NO_TOKEN_VOLUME, "emptyDir": {"medium": "Memory",
-                                                                                  "sizeLimit": "1Mi"}},
-                                         _pressure_volume()]
-        mounts: list[dict[str, Any]] = [{"name": PRESSURE_VOLUME, "mountPath": C.PRESSURE_DIR, "readOnly": True}]
-        if shm is None:
-            # KubeRay adds its own /dev/shm volume only when the Ray container has
-            # none, so mounting ours there gives both containers the same one.
-            shm = SHM_VOLUME
-            volumes.append(_shm_volume(ray))
-            mounts.insert(0, {"name": SHM_VOLUME, "mountPath": "/dev/shm"})
-        rpath = f"{tpath}/spec/containers/{RAY_CONTAINER}/volumeMounts"
-        if ray.get("volumeMounts"):
-            ops.extend({"op": "add", "path": rpath + "/-", "value": m} for m in mounts)
-        else:
-            ops.append({"op": "add", "path": rpath, "value": mounts})
-        ops.append({"op": "test", "path": f"{tpath}/spec/containers/{RAY_CONTAINER}/name", "value": ray.get("name")})
-        sidecar = sidecar_container(s, str(ray.get("name", "ray")), shm, ray_identity(spec, ray),
-                                    metrics_port(group_spec))
-        if native:
-            sidecar["restartPolicy"] = "Always"
-            ops.append({"op": "add", "path": f"{tpath}/spec/initContainers" + ("/-" if spec.get("initContainers")
-                                                                              else ""),
-                        "value": sidecar if spec.get("initContainers") else [sidecar]})
-        else:
-            ops.append({"op": "add", "path": f"{tpath}/spec/containers/-", "value": sidecar})
-        if spec.get("volumes"):
-            ops.extend({"op": "add", "path": f"{tpath}/spec/volumes/-", "value": v} for v in volumes)
-        else:
-            ops.append({"op": "add", "path": f"{tpath}/spec/volumes", "value": volumes})
-        if not spec.get("shareProcessNamespace"):
-            # Remember that we set it, so removal gives back what the user had.
-            ops.append({"op": "add", "path": f"{tpath}/spec/shareProcessNamespace", "value": True})
-            ops.append(_annotation_op(tpath, tpl, INJECTED_ANNOTATION, "shareProcessNamespace"))
+        ops += template_ops(tpath, tpl, s, native=native, ray_metrics_port=metrics_port(_group_spec(rc, tpath)))
+    return ops
+
+
+def template_ops(tpath: str, tpl: Mapping[str, Any], s: SidecarInjection, *, native: bool,
+                 ray_metrics_port: int) -> list[Op]:
+    """Ops adding the sidecar to one pod template at ``tpath``, or to a pod
+    itself (``tpath`` "": a pod has a template's shape, metadata and spec;
+    admission.py). None when it has the sidecar already or no container."""
+    spec = tpl.get("spec") or {}
+    containers = list(spec.get("containers") or [])
+    if not containers or _has_sidecar(spec):
+        return []
+    ops: list[Op] = []
+    ray = containers[RAY_CONTAINER]
+    shm = next((m["name"] for m in ray.get("volumeMounts") or [] if m.get("mountPath") == "/dev/shm"), None)
+    volumes: list[dict[str, Any]] = [{"name": NO_TOKEN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+                                     _pressure_volume()]
+    mounts: list[dict[str, Any]] = [{"name": PRESSURE_VOLUME, "mountPath": C.PRESSURE_DIR, "readOnly": True}]
+    if shm is None:
+        # KubeRay adds its own /dev/shm volume only when the Ray container has
+        # none, so mounting ours there gives both containers the same one.
+        shm = SHM_VOLUME
+        volumes.append(_shm_volume(ray))
+        mounts.insert(0, {"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    rpath = f"{tpath}/spec/containers/{RAY_CONTAINER}/volumeMounts"
+    if ray.get("volumeMounts"):
+        ops.extend({"op": "add", "path": rpath + "/-", "value": m} for m in mounts)
+    else:
+        ops.append({"op": "add", "path": rpath, "value": mounts})
+    ops.append({"op": "test", "path": f"{tpath}/spec/containers/{RAY_CONTAINER}/name", "value": ray.get("name")})
+    sidecar = sidecar_container(s, str(ray.get("name", "ray")), shm, ray_identity(spec, ray), ray_metrics_port)
+    if native:
+        sidecar["restartPolicy"] = "Always"
+        ops.append({"op": "add", "path": f"{tpath}/spec/initContainers" + ("/-" if spec.get("initContainers") else ""),
+                    "value": sidecar if spec.get("initContainers") else [sidecar]})
+    else:
+        ops.append({"op": "add", "path": f"{tpath}/spec/containers/-", "value": sidecar})
+    if spec.get("volumes"):
+        ops.extend({"op": "add", "path": f"{tpath}/spec/volumes/-", "value": v} for v in volumes)
+    else:
+        ops.append({"op": "add", "path": f"{tpath}/spec/volumes", "value": volumes})
+    if not spec.get("shareProcessNamespace"):
+        # Remember that we set it, so removal gives back what the user had.
+        ops.append({"op": "add", "path": f"{tpath}/spec/shareProcessNamespace", "value": True})
+        ops.append(_annotation_op(tpath, tpl, INJECTED_ANNOTATION, "shareProcessNamespace"))
     return ops
 
 
