@@ -335,6 +335,34 @@ def test_a_rayservice_owns_its_cluster(backend: Backend) -> None:
     b.api.call("DELETE", f"/apis/ray.io/v1/namespaces/{NS}/rayservices/served")
 
 
+@pytest.mark.parametrize("kind", ["RayService", "RayJob"])
+def test_a_made_clusters_pods_are_labelled_for_admission(backend: Backend, kind: str) -> None:
+    """What the admission webhook selects on (issue 64): a RayService's and
+    a RayJob's RayCluster carry ``ray.io/originated-from-cr-name`` (a guard
+    selects them by it) and ``ray.io/originated-from-crd``, and every Ray
+    node's pod, as it is created, ``ray.io/cluster`` and ``ray.io/node-type``
+    head or worker (the chart's objectSelector; a pod without them is never
+    sent)."""
+    b = backend
+    _claimed(b, "made_clusters_labelled")
+    made = f"made-{kind.lower()}"
+    spec = cluster("unused", replicas=1)["spec"]
+    body: dict[str, Any] = {"apiVersion": "ray.io/v1", "kind": kind, "metadata": {"name": made, "namespace": NS},
+                            "spec": {"rayClusterConfig": spec} if kind == "RayService" else
+                            {"entrypoint": "python -c 'print(1)'", "rayClusterSpec": spec}}
+    plural = f"/apis/ray.io/v1/namespaces/{NS}/{kind.lower()}s"
+    b.api.ok("POST", plural, body)
+    rcs = b.wait(lambda: b.api.ok("GET", RCS, params={"labelSelector": f"ray.io/originated-from-cr-name={made}"})
+                 ["items"], 60, f"the {kind}'s RayCluster labelled with its name")
+    labels = rcs[0]["metadata"]["labels"]
+    assert labels.get("ray.io/originated-from-crd") == kind, labels
+    name = rcs[0]["metadata"]["name"]
+    pods = b.wait(lambda: len(p := b.pods(name)) >= 2 and p, 60, f"{name}'s head and worker")
+    kinds = sorted(p["metadata"]["labels"].get(C.LABEL_NODE_TYPE) for p in pods)
+    assert kinds == ["head", "worker"] and all(p["metadata"]["labels"].get(C.LABEL_CLUSTER) == name for p in pods)
+    b.api.call("DELETE", f"{plural}/{made}")
+
+
 def test_remediation_env_stays_out_of_wait_gcs_ready(backend: Backend) -> None:
     """KubeRay's wait-gcs-ready init container copies the Ray container's
     ``env`` (and mounts), not its ``envFrom``: a remediation written as

@@ -13,7 +13,7 @@ import jsonpatch
 import pytest
 
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.operator.rayclusters import admission, injection
+from memoryguard_kuberay.operator.rayclusters import admission, injection, patches
 from memoryguard_kuberay.operator.rayclusters.admission import AdmissionReason as R
 
 NS = "team-a"
@@ -144,3 +144,47 @@ def test_of_two_guards_the_older_has_the_pod() -> None:
 ])
 def test_a_guard_that_injects_nothing_is_not_indexed(guard: dict[str, Any]) -> None:
     assert admission.Admitting.of(guard, sidecar_image=IMAGE, trust=None) is None
+
+
+# -- the remediations' env (issue 64, 4) --------------------------------------------------------
+JEMALLOC = {"remediation": {"jemalloc": {"mode": "auto"}, "spilling": {"mode": "auto"}}}
+
+
+def _remedy(kind: str, guard: admission.Admitting, cluster: dict[str, Any], **change: Any) -> dict[str, Any]:
+    body = patches.remedy_configmap_body(cluster, patches.remedy_configmap("rc", "workers", kind), kind,
+                                         patches.wanted_env(guard.spec, kind))
+    body.update(change)
+    return body
+
+
+def test_a_remediated_groups_new_pods_read_its_configmaps() -> None:
+    guard = _admitting(_guard("g", **JEMALLOC))
+    cluster = {**_cluster(owner="RayService"), "metadata": {**_cluster(owner="RayService")["metadata"],
+                                                           "uid": "rc-uid"}}
+    wanted = admission.remedies(_pod(), cluster, [guard])
+    assert sorted(wanted) == sorted(patches.remedy_configmap("rc", "workers", k) for k in ("jemalloc", "spilling"))
+    found = {name: _remedy(kind, guard, cluster) for kind in ("jemalloc", "spilling")
+             for name in [patches.remedy_configmap("rc", "workers", kind)]}
+    out = admission.admit(_pod(), cluster, [guard], native=True, configmaps=found)
+    ray = _applied(_pod(), out.ops)["spec"]["containers"][0]
+    assert [r["configMapRef"]["name"] for r in ray["envFrom"]] == sorted(found)
+    assert all(r["configMapRef"]["optional"] for r in ray["envFrom"])
+    # Only those of the remediations applied: none before its ConfigMap exists.
+    bare = admission.admit(_pod(), cluster, [guard], native=True, configmaps={})
+    assert "envFrom" not in _applied(_pod(), bare.ops)["spec"]["containers"][0]
+    # The head is never remediated.
+    assert admission.remedies(_pod(kind="head", group="headgroup"), cluster, [guard]) == {}
+
+
+@pytest.mark.parametrize("change", [
+    {"data": {"LD_PRELOAD": "/tmp/evil.so", "MALLOC_CONF": "x"}},  # planted or changed since: not the spec's env
+    {"metadata": {"name": "x", "ownerReferences": [{"kind": "RayCluster", "uid": "another-uid"}]}},  # not ours
+    {"metadata": {"name": "x"}},  # owned by nobody
+])
+def test_a_configmap_that_is_not_the_operators_reaches_no_pod(change: dict[str, Any]) -> None:
+    guard = _admitting(_guard("g", **JEMALLOC))
+    cluster = {**_cluster(), "metadata": {**_cluster()["metadata"], "uid": "rc-uid"}}
+    name = patches.remedy_configmap("rc", "workers", "jemalloc")
+    out = admission.admit(_pod(), cluster, [guard], native=True,
+                          configmaps={name: _remedy("jemalloc", guard, cluster, **change)})
+    assert "envFrom" not in _applied(_pod(), out.ops)["spec"]["containers"][0]

@@ -252,3 +252,34 @@ def test_a_users_own_ld_preload_is_remediated_in_the_env() -> None:
     kube = RemedyKube(rc)
     done = _jemalloc_auto(kube, rc)
     assert kube.configmaps == {} and done.env["LD_PRELOAD"].endswith(":/opt/libmine.so")
+
+
+class AdmittedKube(RemedyKube):
+    async def delete_configmap(self, namespace: str, name: str) -> None:
+        self.log.append(("delete-configmap", name))
+        self.configmaps.pop(name, None)
+
+
+def test_a_rayservices_cluster_is_remediated_through_admission_alone() -> None:
+    """Issue 64, 4: with the webhook served, a held cluster (a RayService's)
+    gets the remediation through its ConfigMap alone, which the webhook
+    names in the group's new pods: no template of KubeRay's is touched, the
+    review starts as for any cluster (the pods' envFrom mark), and a revert
+    deletes the ConfigMap."""
+    rc = _owned_by_service(_rc())
+    rc["metadata"]["uid"] = "rc-uid"
+    kube = AdmittedKube(rc)
+    pod = pi.pod_info({"metadata": {"name": "w1", "uid": "u1", "labels": {C.LABEL_CLUSTER: "rc",
+                                                                         C.LABEL_GROUP: "workers"}}})
+    done = asyncio.run(remediation.remediate(kube, namespace=NS, spec=JEMALLOC_AUTO, rc=rc,  # type: ignore[arg-type]
+                                             pod=pod, decision=_wants_rotation(PolicySettings(), RotationHistory()),
+                                             kind="jemalloc", admission=True))
+    name = patches.remedy_configmap("rc", "workers", "jemalloc")
+    assert kube.log == [("configmap", name)] and done.mode == "auto" and done.rc is None
+    assert done.env == patches.env_from_mark(name)
+    assert done.says[0].reason is EventReason.REMEDIATION_APPLIED and "admission" in done.says[0].message
+    said, _event, patched = asyncio.run(remediation.revert(
+        kube, namespace=NS, rc=rc, cluster="rc", group="workers", kind="jemalloc",  # type: ignore[arg-type]
+        env=done.env, why="no effect", admission=True))
+    assert said == "reverted" and patched is None and name not in kube.configmaps
+    assert ("patch-raycluster", "rc") not in kube.log

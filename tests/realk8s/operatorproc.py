@@ -21,6 +21,10 @@ def operator_command(cp: ControlPlane, kubeconfig: Path, *, namespace: str, depl
     c = dep["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value", "") for e in c.get("env") or [] if "value" in e}
     env["POD_NAMESPACE"] = namespace
+    # Out of the cluster no API server reaches the chart's webhook Service:
+    # the operator patches templates, as one run outside does (tests that
+    # serve the webhook give its port, address and certificate in extra_env).
     env.update({"MEMORYGUARD_METRICS_HOST": "127.0.0.1", "MEMORYGUARD_METRICS_PORT": str(free_port()),
+                "MEMORYGUARD_ADMISSION_PORT": "0",
                 "MEMORYGUARD_LIVENESS_ENDPOINT": f"http://127.0.0.1:{free_port()}/healthz", **extra_env})
     return [str(BIN / "memoryguard-kuberay"), *c["args"]], {**os.environ, **env, "KUBECONFIG": str(kubeconfig)}

@@ -26,8 +26,11 @@ OOM kill at the container's limit; with it on, Ray kills the leaking
 actor's worker at 95% first). No KubeRay setting is changed. The drivers
 place their actors on a worker by its pod IP (Ray's node address), never
 by a resource of their own. Then the ladder's cases a reclaim brings back
-(issue 41), each in a guarded worker of its own, at once. The tests run in
-file order on one cluster.
+(issue 41), each in a guarded worker of its own, at once. The sidecar
+reaches every pod at admission (the chart's webhook, issue 64), never
+through a KubeRay spec; last, a RayService guarded end to end (its worker
+leaking, rotated, replaced with the sidecar) and a pod created with the
+operator stopped. The tests run in file order on one cluster.
 """
 
 from __future__ import annotations
@@ -237,10 +240,10 @@ class World:
         items = self.api.ok("GET", f"/api/v1/namespaces/{NS}/events")["items"]
         return [e for e in items if e.get("reason") == reason]
 
-    def driver(self, script: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
-        """``script`` run by Ray's Python in the head pod (``kubectl exec``),
-        its output in ``log``."""
-        head = self.running(C.HEAD_GROUP)
+    def driver(self, script: str, args: list[str], log: Path, cluster: str = "real-rc") -> subprocess.Popen[bytes]:
+        """``script`` run by Ray's Python in ``cluster``'s head pod (``kubectl
+        exec``), its output in ``log``."""
+        head = [p for p in self.running(C.HEAD_GROUP) if p["metadata"]["labels"].get(C.LABEL_CLUSTER) == cluster]
         assert head, "the head pod is not Running"
         with open(log, "wb") as out:
             driver = subprocess.Popen([str(self.kl.tools / "kubectl"), "exec", "-i", head[0]["metadata"]["name"],
@@ -420,18 +423,12 @@ def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(world: World)
     w = world
     # Strict: a field the CRD does not know is refused, not pruned in silence.
     w.api.ok("POST", GUARDS, _guard(images.project_ref("sidecar")), params={"fieldValidation": "Strict"})
+    # The guard known to the operator (its first cycle written) before KubeRay
+    # makes a pod: the webhook answers from the guards the operator knows.
+    w.wait_for(lambda: (w.api.ok("GET", f"{GUARDS}/real-guard").get("status") or {}).get("lastCycleTime"), 120,
+               "the operator's first cycle of real-guard")
     t0 = time.monotonic()
     w.api.ok("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", _raycluster(images.project_ref("ray")))
-    # The operator patches the guarded group's template; KubeRay makes pods
-    # from templates as they are when it makes them (it never replaces a pod
-    # for a template change): a first guarded pod may predate the patch, and
-    # is replaced by deleting it (as a user would).
-    w.wait_for(lambda: _has_sidecar(w.api.ok(
-        "GET", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/real-rc")["spec"]["workerGroupSpecs"][0]
-        ["template"]["spec"]), 120, "the sidecar injected into the guarded group's template")
-    for p in w.pods("guarded"):
-        if not _has_sidecar(p["spec"]):
-            w.api.ok("DELETE", f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}")
     pods = w.wait_for(lambda: _guarded_running(w, GUARDED_REPLICAS), 420,
                       f"{GUARDED_REPLICAS} guarded workers Ready with the sidecar")
     assert w.wait_for(lambda: w.running("control") and w.running(C.HEAD_GROUP), 300, "head and control Ready")
@@ -448,6 +445,13 @@ def test_the_injected_sidecar_reads_the_ray_containers_real_cgroup(world: World)
     assert not spec.get("hostNetwork")
     ips = {p["status"]["podIP"] for p in [*pods, *w.running("control"), *w.running(C.HEAD_GROUP)]}
     assert len(ips) == GUARDED_REPLICAS + 2, ips
+    # The sidecar came at admission (issue 64): every guarded pod KubeRay made
+    # has it, no other pod does, and the RayCluster's spec is KubeRay's as written.
+    made = w.pods("guarded", live=False)
+    assert all(_has_sidecar(p["spec"]) for p in made), [p["metadata"]["name"] for p in made]
+    assert not any(_has_sidecar(p["spec"]) for p in [*w.pods("control"), *w.pods(C.HEAD_GROUP)])
+    rc = w.api.ok("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/real-rc")
+    assert not any(_has_sidecar(g["template"]["spec"]) for g in rc["spec"]["workerGroupSpecs"]), "a template patched"
     # On this 1.36 kubelet the sidecar is a native sidecar (an init container
     # with restartPolicy Always): it outlives a pod whose policy is Never.
     native = next(k for k in spec.get("initContainers") or [] if k["name"] == injection.SIDECAR_NAME)
@@ -745,6 +749,85 @@ def _over(pod: dict[str, Any], current: int) -> Callable[[], bool]:
     """The pod's sidecar answers, its last sample's memory.current above ``current``."""
     return lambda: bool((d := _samples(pod)) and (d["samples"][-1].get("memory_current") or 0) > current)
 
+SERVE_CONFIG = textwrap.dedent("""
+    proxy_location: HeadOnly
+    applications:
+    - name: echo
+      route_prefix: /
+      import_path: serve_app:app
+""")
+SERVICE_LABEL = "ray.io/originated-from-cr-name"  # KubeRay's label on a RayService's RayCluster (docs/facts.md)
+
+
+def _rayservice(ray_image: str) -> dict[str, Any]:
+    cluster = _raycluster(ray_image)["spec"]
+    cluster["workerGroupSpecs"] = [{**cluster["workerGroupSpecs"][0], "groupName": "served", "replicas": 1,
+                                    "maxReplicas": 1}]
+    return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": "real-svc", "namespace": NS},
+            "spec": {"serveConfigV2": SERVE_CONFIG, "rayClusterConfig": cluster}}
+
+
+def test_a_rayservice_is_guarded_end_to_end(world: World) -> None:
+    """Issue 64: a RayService, whose RayCluster KubeRay makes and rewrites.
+    Its workers get the sidecar at admission (nothing of KubeRay's spec is
+    patched), a real leak in one is rotated, and KubeRay's replacement gets
+    the sidecar too. The RayCluster of the tests before goes first: this
+    2-core node runs one Ray cluster at a time."""
+    w = world
+    w.api.ok("DELETE", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/real-rc")
+    w.wait_for(lambda: not [p for p in w.recorder.pods() if p["metadata"]["labels"].get(C.LABEL_CLUSTER) == "real-rc"],
+               180, "real-rc's pods gone")
+    guard = _guard(images.project_ref("sidecar"))
+    guard["metadata"]["name"] = "served-guard"
+    guard["spec"]["clusterSelector"] = {"matchLabels": {SERVICE_LABEL: "real-svc"}}
+    guard["spec"]["workerGroups"] = ["served"]
+    w.api.ok("POST", GUARDS, guard)
+    w.wait_for(lambda: (w.api.ok("GET", f"{GUARDS}/served-guard").get("status") or {}).get("lastCycleTime"), 120,
+               "the operator's first cycle of served-guard")
+    t0 = time.monotonic()
+    w.api.ok("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayservices", _rayservice(images.project_ref("ray")))
+    worker = w.wait_for(lambda: [p for p in w.running("served") if _has_sidecar(p["spec"])], 420,
+                        "the RayService's worker Ready with the sidecar")[0]
+    cluster = worker["metadata"]["labels"][C.LABEL_CLUSTER]
+    w.facts["rayservice_worker_ready_s"] = time.monotonic() - t0
+    rc = w.api.ok("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/{cluster}")
+    assert rc["metadata"]["ownerReferences"][0]["kind"] == "RayService"
+    assert not _has_sidecar(rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]), "KubeRay's spec was patched"
+    svc = w.api.ok("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayservices/real-svc")
+    assert not _has_sidecar(svc["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"])
+    w.wait_for(lambda: [p for p in w.running(C.HEAD_GROUP) if p["metadata"]["labels"].get(C.LABEL_CLUSTER) == cluster],
+               300, f"{cluster}'s head Ready")
+    w.wait_for(lambda: "AllReporting" in json.dumps(w.api.ok("GET", f"{GUARDS}/served-guard").get("status")), 180,
+               "served-guard: its worker reporting")
+    served = w.wait_for(lambda: ((w.api.ok("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayservices/real-svc")
+                                  .get("status") or {}).get("conditions")), 120, "the RayService's conditions")
+    print(f"real pods: RayService real-svc's cluster {cluster}: worker {worker['metadata']['name']} Ready with the "
+          f"sidecar {w.facts['rayservice_worker_ready_s']:.0f} s after the RayService was created; its conditions: "
+          + "; ".join(f"{c['type']}={c['status']} {c.get('reason', '')}" for c in served))
+    name = worker["metadata"]["name"]
+    log = w.workdir / "served-driver.log"
+    before = {n for n, p in w.recorder.seen.items() if p["metadata"]["labels"].get("ray.io/group") == "served"}
+    driver = w.driver(LEAKER, [str(LEAK_MIB_PER_S), "900", worker["status"]["podIP"]], log, cluster=cluster)
+    try:
+        w.wait_for(lambda: b"held guarded" in log.read_bytes(), 180, f"the actor leaking on {name} ({log})")
+        started = time.time()
+        evicted = w.wait_for(lambda: [e for e in w.events("WorkerEvicted") if name in e["message"]], 900,
+                             f"the RayService's worker {name} evicted")
+        evicted_at = time.time()
+    finally:
+        stop(driver, timeout=10)
+    print(f"real pods: the RayService's worker {name} evicted {evicted_at - started:.0f} s after its leak began: "
+          f"{evicted[0]['message']}")
+    replacement = w.wait_for(lambda: _first_ready_after(w, "served", evicted_at, before), 300,
+                             "KubeRay's replacement of the RayService's worker Ready")
+    pod = w.recorder.seen[replacement[0]]
+    assert _has_sidecar(pod["spec"]), f"{replacement[0]} came without the sidecar"
+    w.facts["rayservice_leak_to_eviction_s"] = evicted_at - started
+    w.facts["rayservice_eviction_to_replacement_ready_s"] = replacement[1] - evicted_at
+    print(f"real pods: the replacement {replacement[0]} Ready with the sidecar {replacement[1] - evicted_at:.0f} s "
+          f"after the eviction")
+    w.facts["served_cluster"] = cluster
+
 
 def test_no_ray_pod_was_made_not_ready_by_the_sidecar(world: World) -> None:
     """The injected sidecar has a liveness probe and no readiness probe: its
@@ -789,15 +872,35 @@ def test_with_the_operator_stopped_kubectl_and_top_say_nobody_guards(world: Worl
         out = subprocess.run([str(VENV_BIN / "memoryguard-kuberay"), "top", "--once", "-n", NS],
                              capture_output=True, text=True, timeout=120,
                              env={**os.environ, "KUBECONFIG": str(w.kl.kubeconfig), "COLUMNS": "200"})
-        return out.stdout if f"NOT GUARDED: {NS}/real-guard" in out.stdout else ""
+        return out.stdout if f"NOT GUARDED: {NS}/served-guard" in out.stdout else ""
 
-    text = w.wait_for(top, limit + 90, f"top saying nobody guards real-guard (within {limit:.0f} s of its last cycle)")
+    # A pod created now (KubeRay's replacement of a deleted worker) meets no
+    # webhook: it is created all the same (failurePolicy Ignore), without the sidecar.
+    served = w.running("served")
+    assert served, "the RayService's worker is not Running"
+    before = set(w.recorder.seen)
+    deleted_at = time.time()
+    w.api.ok("DELETE", f"/api/v1/namespaces/{NS}/pods/{served[0]['metadata']['name']}")
+    bare = w.wait_for(lambda: _first_ready_after(w, "served", deleted_at, before), 300,
+                      "KubeRay's replacement Ready with the operator stopped")
+    assert not _has_sidecar(w.recorder.seen[bare[0]]["spec"]), "a pod got the sidecar with the operator stopped"
+    print(f"real pods: with the operator stopped, KubeRay's replacement {bare[0]} Ready without the sidecar "
+          f"{bare[1] - deleted_at:.0f} s after the delete")
+    text = w.wait_for(top, limit + 90, f"top saying nobody guards served-guard (within {limit:.0f} s of its last "
+                      "cycle)")
     took = time.monotonic() - stopped
-    header, row = w.kl.kubectl("get", "mg", "real-guard", "-n", NS).stdout.splitlines()[:2]
+    header, row = w.kl.kubectl("get", "mg", "served-guard", "-n", NS).stdout.splitlines()[:2]
     seen = row[header.index("SEEN"):].split()[0]
     print(f"real pods: the operator stopped; {took:.0f} s later top said: "
           f"{next(ln for ln in text.splitlines() if 'NOT GUARDED' in ln)}; kubectl get mg: SEEN {seen}")
     age = re.fullmatch(r"(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?", seen)
     assert age and seen, seen
     assert sum(int(v or 0) * k for v, k in zip(age.groups(), (3600, 60, 1))) >= limit, (seen, limit)
-    assert any("Unknown" in ln for ln in text.splitlines() if "real-guard" in ln and "worker" in ln), text
+    assert any("Unknown" in ln for ln in text.splitlines() if "served-guard" in ln and "worker" in ln), text
+    # The operator back: the guard names the pod that runs unguarded, and why.
+    w.kl.kubectl("scale", "deployment", OPERATOR, "-n", RELEASE_NS, "--replicas=1")
+    status = w.wait_for(lambda: bare[0] in (t := json.dumps(w.api.ok("GET", f"{GUARDS}/served-guard").get("status")))
+                        and "admission webhook did not answer" in t and t, 300,
+                        f"served-guard's status naming {bare[0]} as unguarded")
+    print(f"real pods: the operator back, served-guard's Reporting condition: "
+          f"{next(c for c in json.loads(status)['conditions'] if c['type'] == 'Reporting')}")

@@ -23,7 +23,8 @@ import jsonpatch
 import kopf
 
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.operator.api.errors import NotFound
+from memoryguard_kuberay.operator.api.errors import ApiError, NotFound
+from memoryguard_kuberay.operator.api.kube import PageTooLarge
 from memoryguard_kuberay.operator.api.readbudget import ReadBudget
 from memoryguard_kuberay.operator.config import OperatorConfig
 from memoryguard_kuberay.operator.rayclusters import admission
@@ -35,6 +36,7 @@ log = logging.getLogger("memoryguard_kuberay.operator")
 READ_BUDGET_S = 1.0
 # A RayCluster is some 10 KiB; the API's limit is about 1.5 MB.
 READ_BYTES = 2 << 20
+REMEDY_BYTES = 64 << 10  # a remediation's ConfigMap holds a few variables
 HANDLER_ID = "inject"  # the path the chart's webhook calls: /inject
 FAILED = "Failed"
 
@@ -57,7 +59,7 @@ def register() -> None:
 
 def index_guard(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> Any:
     """{namespace: the guard as the webhook needs it}, or nothing for a
-    guard that injects nothing."""
+    guard that gives pods nothing (admission.Admitting.of)."""
     cfg: OperatorConfig = memo.cfg
     found = admission.Admitting.of(body, sidecar_image=cfg.sidecar_image, trust=cfg.trust)
     return None if found is None else {namespace or "": found}
@@ -86,14 +88,34 @@ async def inject(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, admitting:
         ctx.metrics.admission_seconds.observe(time.monotonic() - started)
 
 
+async def _configmap(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    """A remediation's ConfigMap (a few hundred bytes), or None: absent, or
+    too big to be one (a tenant's, under the name: never named in a pod)."""
+    try:
+        return dict(await kube.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}",
+                                       max_bytes=REMEDY_BYTES))
+    except (NotFound, PageTooLarge):
+        return None
+    except ApiError as e:  # a remediation's env missed costs the pod nothing else: the sidecar still goes in
+        log.warning("%s: ConfigMap %s not read, not named in the pod: %s", namespace, name, e)
+        return None
+
+
 async def _decide(ctx: Any, pod: dict[str, Any], namespace: str,
                   guards: list[admission.Admitting]) -> admission.Admission:
+    """The pod's RayCluster read, then the remediations' ConfigMaps its
+    guard may name (at most three, at once), all within READ_BUDGET_S."""
     node = admission.ray_node(pod)
-    cluster = None
-    if node is not None and guards:
-        try:
-            cluster = await asyncio.wait_for(
-                ctx.kube.get_raycluster(namespace, node[0], budget=ReadBudget(READ_BYTES)), READ_BUDGET_S)
-        except NotFound:
-            pass
-    return admission.admit(pod, cluster, guards, native=ctx.native_sidecars)
+    if node is None or not guards:
+        return admission.admit(pod, None, guards, native=ctx.native_sidecars)
+    deadline = time.monotonic() + READ_BUDGET_S
+    try:
+        cluster = await asyncio.wait_for(
+            ctx.kube.get_raycluster(namespace, node[0], budget=ReadBudget(READ_BYTES)), READ_BUDGET_S)
+    except NotFound:
+        cluster = None
+    wanted = admission.remedies(pod, cluster, guards)
+    names = sorted(wanted)
+    read = await asyncio.wait_for(asyncio.gather(*(_configmap(ctx.kube, namespace, n) for n in names)),
+                                  max(0.05, deadline - time.monotonic()))
+    return admission.admit(pod, cluster, guards, native=ctx.native_sidecars, configmaps=dict(zip(names, read)))

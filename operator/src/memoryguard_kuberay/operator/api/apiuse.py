@@ -28,8 +28,10 @@ API_USE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     # The evidence kept before a rotation (forensics.py): one ConfigMap per
     # rotation, owned by the guard, the oldest deleted past spec.forensics.keep.
     # And a remediation's env (remediation.py): one ConfigMap per kind and
-    # worker group, owned by the RayCluster, its data patched when it changes.
-    ("", "configmaps", ("create", "list", "patch", "delete")),
+    # worker group, owned by the RayCluster, replaced whole (get, update) when
+    # one is there already (Kube.put_configmap); read by the admission webhook
+    # (get) before it names one in a new pod's envFrom.
+    ("", "configmaps", ("get", "create", "update", "list", "patch", "delete")),
 )
 # What the chart's pre-delete hook (``memoryguard-kuberay uninstall``) needs: delete
 # every guard and watch them go while the operator still runs their

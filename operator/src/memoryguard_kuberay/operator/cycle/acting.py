@@ -99,7 +99,7 @@ async def remediate(g: Guard, found: Cycle, p: pi.PodInfo, d: Decision, kind: st
     if rc is None or key in g.mem.remembered.remediated or p.is_head:
         return NOTHING
     done = await remediation.remediate(g.ctx.kube, namespace=g.namespace, spec=found.spec, rc=rc, pod=p,
-                                       decision=d, kind=kind)
+                                       decision=d, kind=kind, admission=g.ctx.admission)
     if done.mode is not None:  # None: refused by the API, tried again next time
         g.mem.remembered.remediated.add(key)
     if done.rc is not None:  # the rest of the cycle patches from what the server now has

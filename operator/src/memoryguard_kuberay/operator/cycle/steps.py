@@ -248,7 +248,8 @@ async def review_remediations(g: Guard, found: Cycle) -> Decided:
                 and cluster in found.by_name:
             o.reverted, said, patched = await remediation.revert(
                 g.ctx.kube, namespace=g.namespace, rc=found.by_name[cluster], cluster=cluster,
-                group=group, kind=kind, env=o.env, why=o.review.message, allow_recreate=spec.allow_recreate)
+                group=group, kind=kind, env=o.env, why=o.review.message, allow_recreate=spec.allow_recreate,
+                admission=g.ctx.admission)
             if patched is not None:  # the rest of the cycle patches from what the server now has
                 found.saw(cluster, patched)
             decided += Decided(() if said is None else (said,), {"remediations": reviews.to_status()})

@@ -20,9 +20,11 @@ from typing import Any
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core.trust import Trust
-from memoryguard_kuberay.operator.guardspec import SidecarInjection, SpecError, read_guard_spec
-from memoryguard_kuberay.operator.rayclusters import injection
+from memoryguard_kuberay.operator.guardspec import GuardSpec, Mode, SpecError, read_guard_spec
+from memoryguard_kuberay.operator.rayclusters import injection, patches
 from memoryguard_kuberay.operator.rayclusters.patches import RAY_CONTAINER, Op
+
+REMEDY_KINDS = ("jemalloc", "spilling", "callsites")
 
 RAY_NODE_TYPES = ("head", "worker")  # KubeRay's ray.io/node-type on Ray nodes (a RayJob's submitter has none)
 METRICS_PORT_NAME = "metrics"  # the Ray container's port KubeRay names for the raylet's metrics
@@ -35,6 +37,7 @@ class AdmissionReason(str, enum.Enum):
     NOT_SELECTED = "NoGuardSelects"
     GROUP_NOT_GUARDED = "GroupNotGuarded"
     HAS_SIDECAR = "HasSidecar"
+    NOT_INJECTING = "SidecarNotInjected"  # the guard gives pods only its remediations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,12 +51,17 @@ class Admitting:
     cluster_labels: Mapping[str, str]
     worker_groups: tuple[str, ...]
     include_head: bool
-    sidecar: SidecarInjection
+    spec: GuardSpec  # its sidecar, and what its remediations set (remedy_ops)
+
+    @property
+    def injects(self) -> bool:
+        return self.spec.sidecar.inject
 
     @classmethod
     def of(cls, guard: Mapping[str, Any], *, sidecar_image: str, trust: Trust | None) -> Admitting | None:
-        """None for a guard that injects nothing: an invalid spec (refused
-        in its status), or ``sidecar.inject: false``, or one being deleted."""
+        """None for a guard that gives pods nothing: an invalid spec (refused
+        in its status), one being deleted, or one that neither injects the
+        sidecar nor applies a remediation."""
         meta = guard.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return None
@@ -61,18 +69,17 @@ class Admitting:
             spec = read_guard_spec(guard.get("spec"), sidecar_image=sidecar_image, trust=trust)
         except SpecError:
             return None
-        if not spec.sidecar.inject:
+        if not spec.sidecar.inject and not _remedy_kinds(spec):
             return None
         return cls(name=str(meta.get("name", "")), created=str(meta.get("creationTimestamp", "")),
                    cluster_names=spec.selection.cluster_names, cluster_labels=dict(spec.selection.cluster_labels),
-                   worker_groups=spec.selection.worker_groups, include_head=spec.policy.include_head,
-                   sidecar=spec.sidecar)
+                   worker_groups=spec.selection.worker_groups, include_head=spec.policy.include_head, spec=spec)
 
     def selects(self, cluster: Mapping[str, Any]) -> bool:
         meta = cluster.get("metadata") or {}
         labels = meta.get("labels") or {}
-        return meta.get("name") in self.cluster_names or bool(self.cluster_labels) and all(
-            labels.get(k) == v for k, v in self.cluster_labels.items())
+        return meta.get("name") in self.cluster_names or (bool(self.cluster_labels) and all(
+            labels.get(k) == v for k, v in self.cluster_labels.items()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,31 +113,103 @@ def pod_metrics_port(pod: Mapping[str, Any]) -> int:
     return C.RAY_METRICS_PORT
 
 
-def admit(pod: Mapping[str, Any], cluster: Mapping[str, Any] | None, guards: Sequence[Admitting], *,
-          native: bool) -> Admission:
-    """The sidecar's ops for ``pod`` if a guard selects its cluster and
-    group, else why not. ``cluster``: the pod's RayCluster as read (None:
-    not found). ``guards``: the namespace's guards that inject; the oldest
-    that selects the cluster has it, as in the guards' own cycles."""
+def _remedy_kinds(spec: GuardSpec) -> tuple[str, ...]:
+    """The remediations the guard applies (mode auto, not a dry run)."""
+    return () if spec.policy.dry_run else tuple(k for k in REMEDY_KINDS if patches.mode_of(spec, k) == Mode.AUTO)
+
+
+def _choose(pod: Mapping[str, Any], cluster: Mapping[str, Any] | None,
+            guards: Sequence[Admitting]) -> tuple[Admitting | None, Admission | None]:
+    """The guard that has the pod, or why none does."""
     node = ray_node(pod)
     if node is None:
-        return Admission(AdmissionReason.NOT_A_RAY_NODE, "not a Ray node's pod (no ray.io/cluster and "
-                         "ray.io/node-type head or worker)")
+        return None, Admission(AdmissionReason.NOT_A_RAY_NODE, "not a Ray node's pod (no ray.io/cluster and "
+                               "ray.io/node-type head or worker)")
     name, kind, group = node
     if cluster is None:
-        return Admission(AdmissionReason.NO_CLUSTER, f"RayCluster {name} not found")
+        return None, Admission(AdmissionReason.NO_CLUSTER, f"RayCluster {name} not found")
     selecting = sorted((g for g in guards if g.selects(cluster)), key=lambda g: (g.created, g.name))
     if not selecting:
-        return Admission(AdmissionReason.NOT_SELECTED, f"no guard that injects the sidecar selects RayCluster {name}")
+        return None, Admission(AdmissionReason.NOT_SELECTED, f"no guard selects RayCluster {name}")
     guard = selecting[0]
     if kind == "head" and not guard.include_head:
-        return Admission(AdmissionReason.GROUP_NOT_GUARDED, f"guard {guard.name} does not guard the head "
-                         "(spec.policy.includeHead)", guard.name)
+        return None, Admission(AdmissionReason.GROUP_NOT_GUARDED, f"guard {guard.name} does not guard the head "
+                               "(spec.includeHead)", guard.name)
     if kind == "worker" and guard.worker_groups and group not in guard.worker_groups:
-        return Admission(AdmissionReason.GROUP_NOT_GUARDED, f"guard {guard.name} does not guard worker group "
-                         f"{group} (spec.workerGroups)", guard.name)
-    ops = injection.template_ops("", pod, guard.sidecar, native=native, ray_metrics_port=pod_metrics_port(pod))
+        return None, Admission(AdmissionReason.GROUP_NOT_GUARDED, f"guard {guard.name} does not guard worker "
+                               f"group {group} (spec.workerGroups)", guard.name)
+    return guard, None
+
+
+def _preload(pod: Mapping[str, Any]) -> str | None:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    ray = containers[RAY_CONTAINER] if containers and isinstance(containers[RAY_CONTAINER], Mapping) else {}
+    return next((e.get("value") for e in ray.get("env") or [] if isinstance(e, Mapping)
+                 and e.get("name") == "LD_PRELOAD"), None)
+
+
+def remedies(pod: Mapping[str, Any], cluster: Mapping[str, Any] | None,
+             guards: Sequence[Admitting]) -> dict[str, dict[str, str]]:
+    """{ConfigMap: the env it must hold} for each remediation the pod's
+    guard applies to its group: the names the webhook reads (a worker's
+    only; the head is never remediated)."""
+    guard, _ = _choose(pod, cluster, guards)
+    node = ray_node(pod)
+    if guard is None or node is None or node[1] != "worker":
+        return {}
+    return {patches.remedy_configmap(node[0], node[2], kind): patches.wanted_env(guard.spec, kind, _preload(pod))
+            for kind in _remedy_kinds(guard.spec)}
+
+
+def remedy_ops(pod: Mapping[str, Any], cluster: Mapping[str, Any], wanted: Mapping[str, Mapping[str, str]],
+               found: Mapping[str, Mapping[str, Any] | None]) -> list[Op]:
+    """``envFrom`` entries in the Ray container for the remediations
+    applied to the pod's group (``found``: the ConfigMaps as read, None
+    where there is none). A ConfigMap is named only when it is the
+    operator's for this RayCluster (owned by its uid) and holds exactly what
+    the guard's spec sets: one planted under the name, or changed since,
+    reaches no pod (issue 63, 3)."""
+    uid = (cluster.get("metadata") or {}).get("uid")
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not containers:
+        return []
+    ray = dict(containers[RAY_CONTAINER])
+    ops: list[Op] = []
+    for name, env in sorted(wanted.items()):
+        cm = found.get(name)
+        if not cm:
+            continue
+        owners = (cm.get("metadata") or {}).get("ownerReferences") or []
+        if dict(cm.get("data") or {}) != dict(env) or not any(
+                isinstance(o, Mapping) and o.get("kind") == "RayCluster" and o.get("uid") == uid for o in owners):
+            continue
+        added = patches.env_from_ops(f"/spec/containers/{RAY_CONTAINER}", ray, name)
+        ops += added
+        if added:  # the next one is appended to this one
+            ray["envFrom"] = [*(ray.get("envFrom") or []), added[0]["value"] if added[0]["path"].endswith("/-")
+                              else added[0]["value"][0]]
+    return ops
+
+
+def admit(pod: Mapping[str, Any], cluster: Mapping[str, Any] | None, guards: Sequence[Admitting], *,
+          native: bool, configmaps: Mapping[str, Mapping[str, Any] | None] | None = None) -> Admission:
+    """The sidecar's ops for ``pod`` if a guard selects its cluster and
+    group (and its remediations' envFrom, ``configmaps`` being those of
+    ``remedies`` as read), else why not. ``cluster``: the pod's RayCluster
+    as read (None: not found). ``guards``: the namespace's guards that give
+    pods something; the oldest that selects the cluster has it, as in the
+    guards' own cycles."""
+    guard, refused = _choose(pod, cluster, guards)
+    if refused is not None or guard is None or cluster is None:
+        return refused or Admission(AdmissionReason.NOT_SELECTED, "no guard")
+    name, kind, group = ray_node(pod) or ("", "", "")
+    env_ops = remedy_ops(pod, cluster, remedies(pod, cluster, guards), configmaps or {})
+    remedied = f"; remediation env from {len(env_ops)} ConfigMap(s)" if env_ops else ""
+    ops = injection.template_ops("", pod, guard.spec.sidecar, native=native,
+                                 ray_metrics_port=pod_metrics_port(pod)) if guard.injects else []
     if not ops:
-        return Admission(AdmissionReason.HAS_SIDECAR, "the pod has the sidecar already (its template's)", guard.name)
+        why = "the pod has the sidecar already (its template's)" if guard.injects else "the guard injects no sidecar"
+        return Admission(AdmissionReason.HAS_SIDECAR if guard.injects else AdmissionReason.NOT_INJECTING,
+                         why + remedied, guard.name, env_ops)
     return Admission(AdmissionReason.INJECTED, f"sidecar added for guard {guard.name} (RayCluster {name}, "
-                     f"{'head' if kind == 'head' else 'group ' + group})", guard.name, ops)
+                     f"{'head' if kind == 'head' else 'group ' + group}){remedied}", guard.name, ops + env_ops)

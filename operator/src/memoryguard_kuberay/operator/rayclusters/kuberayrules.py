@@ -76,16 +76,17 @@ def template_hold(rc: Mapping[str, Any], *, allow_recreate: bool, admission: boo
     """Whether MemoryGuard must leave this RayCluster's pod templates alone
     (no sidecar injected or removed, no remediation applied or reverted),
     and why; None when a template change reaches only new pods, as KubeRay
-    otherwise does. ``admission``: the sidecar reaches pods as they are
-    created (webhook.py), so only a remediation is held back."""
+    otherwise does. ``admission``: the sidecar and a remediation's env
+    reach pods as they are created (webhook.py) instead, and the message
+    says so."""
     name = str(_obj(rc.get("metadata")).get("name", ""))
     owner = rayservice_owner(rc)
     if owner is not None:
         if admission:
             return Held(name, TemplateHold.RAYSERVICE, (
                 f"RayCluster {name} belongs to RayService {owner}: KubeRay rewrites its spec from the RayService, so "
-                f"MemoryGuard changes none of its pod templates. Its pods get the sidecar as they are created "
-                f"(admission); a remediation is not applied to it: put it in the RayService's rayClusterConfig"))
+                f"MemoryGuard changes none of its pod templates: its pods get the sidecar, and a remediation's "
+                f"env, as they are created (admission)"))
         return Held(name, TemplateHold.RAYSERVICE, (
             f"RayCluster {name} belongs to RayService {owner}: KubeRay rewrites its spec from the RayService, so "
             f"a change to its pod templates would not last; put the sidecar (and any remediation) in the "
@@ -93,9 +94,8 @@ def template_hold(rc: Mapping[str, Any], *, allow_recreate: bool, admission: boo
     if upgrade_strategy(rc) == UPGRADE_RECREATE and not allow_recreate and admission:
         return Held(name, TemplateHold.RECREATE, (
             f"RayCluster {name} has upgradeStrategy Recreate: KubeRay deletes every pod of it, head included, on "
-            f"any change to a pod template, so MemoryGuard changes none. Its pods get the sidecar as they are "
-            f"created (admission); a remediation is not applied unless the guard's kuberay.allowRecreate accepts "
-            f"a recreation of the whole cluster on each change"))
+            f"any change to a pod template, so MemoryGuard changes none: its pods get the sidecar, and a "
+            f"remediation's env, as they are created (admission)"))
     if upgrade_strategy(rc) == UPGRADE_RECREATE and not allow_recreate:
         return Held(name, TemplateHold.RECREATE, (
             f"RayCluster {name} has upgradeStrategy Recreate: KubeRay deletes every pod of it, head included, on "

@@ -18,7 +18,7 @@ from typing import Any
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator.api import podinfo as pi
-from memoryguard_kuberay.operator.guardspec import Jemalloc, Spilling
+from memoryguard_kuberay.operator.guardspec import GuardSpec, Jemalloc, Mode, Spilling
 
 RAY_CONTAINER = 0  # KubeRay treats the first container of a template as the Ray container
 REMEDIATION_ANNOTATION = C.ANN_REMEDIATION
@@ -108,6 +108,19 @@ def env_sets(rc: Mapping[str, Any], group: str, names: Sequence[str]) -> list[st
     return [n for n in names if n in env]
 
 
+def wanted_env(spec: GuardSpec, kind: str, preload: str | None = None) -> dict[str, str]:
+    """The env a remediation of ``kind`` ("jemalloc", "spilling",
+    "callsites") sets, as the guard's spec says (``preload``: the
+    LD_PRELOAD the Ray container has already)."""
+    return (jemalloc_env(spec.jemalloc, preload) if kind == "jemalloc"
+            else spilling_env(spec.spilling) if kind == "spilling" else dict(CALL_SITES_ENV))
+
+
+def mode_of(spec: GuardSpec, kind: str) -> Mode:
+    modes = {"jemalloc": spec.jemalloc.mode, "spilling": spec.spilling.mode, "callsites": spec.forensics.call_sites}
+    return modes[kind]
+
+
 def spilling_env(s: Spilling) -> dict[str, str]:
     return {
         "RAY_object_spilling_threshold": f"{s.threshold_percent / 100:g}",
@@ -164,7 +177,7 @@ def _compact(doc: Any) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
-def _env_from_ops(cpath: str, container: Mapping[str, Any], configmap: str) -> list[Op]:
+def env_from_ops(cpath: str, container: Mapping[str, Any], configmap: str) -> list[Op]:
     refs = list(container.get("envFrom") or [])
     if any((r.get("configMapRef") or {}).get("name") == configmap for r in refs if isinstance(r, Mapping)):
         return []
@@ -190,7 +203,7 @@ def remediation_patch(rc: Mapping[str, Any], group: str, wanted_env: Mapping[str
         return []
     cpath = f"/spec/workerGroupSpecs/{i}/template/spec/containers/{RAY_CONTAINER}"
     if configmap is not None:
-        ops = _env_from_ops(cpath, containers[RAY_CONTAINER], configmap)
+        ops = env_from_ops(cpath, containers[RAY_CONTAINER], configmap)
         if not ops:
             return []
         history = _annotation_map(rc, REMEDIATION_ANNOTATION)

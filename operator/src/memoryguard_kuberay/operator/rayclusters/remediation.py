@@ -36,22 +36,26 @@ class Remedied:
 
 
 async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[str, Any], pod: pi.PodInfo,
-                    decision: Decision, kind: str) -> Remedied:
+                    decision: Decision, kind: str, admission: bool = False) -> Remedied:
     """Recommend or apply ``kind`` ("jemalloc", "spilling" or "callsites")
-    to the pod's group."""
-    mode = {"jemalloc": spec.jemalloc.mode, "spilling": spec.spilling.mode,
-            "callsites": spec.forensics.call_sites}[kind]
+    to the pod's group. ``admission``: the webhook is served, so a cluster
+    whose templates are held (a RayService's, a Recreate one) gets it all
+    the same, through its ConfigMap alone: the webhook names it in each new
+    pod of the group (webhook.py), no template is changed."""
+    mode = patches.mode_of(spec, kind)
     found = patches._worker_group(rc, pod.group)
     if mode == Mode.OFF or found is None:
         return Remedied("")
     container = (((found[1].get("template") or {}).get("spec") or {}).get("containers") or [{}])[0]
     preload = next((e.get("value") for e in container.get("env") or [] if e.get("name") == "LD_PRELOAD"), None)
-    env = (patches.jemalloc_env(spec.jemalloc, preload) if kind == "jemalloc"
-           else patches.spilling_env(spec.spilling) if kind == "spilling" else dict(patches.CALL_SITES_ENV))
+    env = patches.wanted_env(spec, kind, preload)
     what = ", ".join(f"{k}={v}" for k, v in env.items())
     why = f"{pod.name}: {decision.reason.value}: {decision.message}"
     where = f"group {pod.group} of {pod.cluster}"
     hold = kuberayrules.template_hold(rc, allow_recreate=spec.allow_recreate)
+    if hold is not None and admission and mode == Mode.AUTO and not spec.policy.dry_run:
+        return await _through_admission(kube, namespace=namespace, rc=rc, pod=pod, kind=kind, env=env,
+                                        what=what, why=why, where=where)
     if mode == Mode.RECOMMEND or spec.policy.dry_run or hold is not None:
         # A held cluster gets the advice, never the patch: on it a template
         # change would recreate the whole cluster, or not last.
@@ -79,15 +83,42 @@ async def remediate(kube: Kube, *, namespace: str, spec: GuardSpec, rc: Mapping[
                     patches.env_from_mark(configmap) if configmap else env, patched)
 
 
+async def _through_admission(kube: Kube, *, namespace: str, rc: Mapping[str, Any], pod: pi.PodInfo, kind: str,
+                             env: Mapping[str, str], what: str, why: str, where: str) -> Remedied:
+    """A held cluster's remediation: its ConfigMap alone, which the webhook
+    names in the group's new pods (only while it holds exactly what the
+    guard's spec sets: admission.remedy_ops)."""
+    configmap = patches.remedy_configmap(pod.cluster, pod.group, kind)
+    try:
+        await kube.put_configmap(namespace, patches.remedy_configmap_body(rc, configmap, kind, env))
+    except ApiError as e:
+        return Remedied(None, (say(EventReason.REMEDIATION_FAILED, f"{where}: {e}", rc),))
+    return Remedied(str(Mode.AUTO.value), (say(
+        EventReason.REMEDIATION_APPLIED, f"{where}: set {what} through ConfigMap {configmap}, which new pods of "
+        f"the group read as they are created (admission; KubeRay's templates are left as they are) ({why}); pods "
+        f"get it as they are replaced", rc),), patches.env_from_mark(configmap), None)
+
+
 async def revert(kube: Kube, *, namespace: str, rc: Mapping[str, Any], cluster: str, group: str, kind: str,
-                 env: Mapping[str, str], why: str,
-                 allow_recreate: bool = False) -> tuple[str, Say | None, Mapping[str, Any] | None]:
+                 env: Mapping[str, str], why: str, allow_recreate: bool = False,
+                 admission: bool = False) -> tuple[str, Say | None, Mapping[str, Any] | None]:
     """Undo a remediation judged ineffective (patches.revert_patch): what
     was done, in words ("" when the API refused it for now: tried again next
     cycle, no Event), its Event, and the RayCluster as the patch left it.
     A held cluster (kuberayrules.py) is not touched: the revert is said, not done."""
     where = f"{kind} on group {group} of {cluster}"
     hold = kuberayrules.template_hold(rc, allow_recreate=allow_recreate)
+    if hold is not None and admission:
+        # Applied through admission: without its ConfigMap new pods get none of it.
+        configmap = patches.remedy_configmap(cluster, group, kind)
+        try:
+            await kube.delete_configmap(namespace, configmap)
+        except ApiError as e:
+            log.warning("%s: %s: revert refused for now, tried again next cycle: %s", namespace, where, e)
+            return "", None, None
+        return "reverted", say(EventReason.REMEDIATION_REVERTED, f"{where} undone ({why}): ConfigMap {configmap} "
+                                                                 "deleted; new pods of the group are created "
+                                                                 "without it", rc), None
     if hold is not None:
         return (f"not reverted: {hold.message}",
                 say(EventReason.REMEDIATION_REVERT_FAILED, f"{where}: not reverted: {hold.message}", rc), None)
