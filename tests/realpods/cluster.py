@@ -144,8 +144,12 @@ def start(home: Path, tools: Path, workdir: Path, names: list[str]) -> tuple[Clu
     netns = f"mgrp{os.getpid()}"  # this run's own
     env = {**os.environ, "KUBELET_HOME": str(home), "KUBECTL": str(tools / "kubectl"), "MG_NETNS": netns,
            "MG_SKIP_IMAGES": "1",  # the Python base is made before (_python_base)
+           # The kit's namespace has no route to the Service network (no default
+           # route, as a node has): its apiserver calls the chart's webhook (and
+           # any aggregated API) at the Service's endpoints, the pods' IPs, as
+           # control planes off the Service network are run (docs/facts.md).
            "APISERVER_EXTRA_ARGS": f"--audit-policy-file={policy} --audit-log-path={audit_log} "
-                                   "--audit-log-maxsize=200"}
+                                   "--audit-log-maxsize=200 --enable-aggregator-routing=true"}
     t0 = time.monotonic()
     _python_base(home, env)
     cl = Cluster(home=home, env=env, server=f"https://127.0.0.1:{APISERVER_PORT}", kubeconfig=home / "kubeconfig",
