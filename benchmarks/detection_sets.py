@@ -42,6 +42,7 @@ from memoryguard_kuberay.core.traceshapes import (
     BEHAVIOURS,
     behaviour_shape,
     field_shapes,
+    kernel_shapes,
     ramp_after_flat_shapes,
     random_shapes,
     sawtooth_after_flat_shapes,
@@ -93,6 +94,8 @@ SETS: dict[str, tuple[str, Callable[[], Iterator[Trace]]]] = {
     "drawn-99": ("after", lambda: _drawn(random_shapes(60, 99))),
     "sudden-13-14": ("after", lambda: _drawn(_sudden((13, 14)))),
     "behaviours-700": ("after", lambda: _drawn(_behaviours(700))),
+    # Issue 59's behaviours, drawn once its rules were written, from its own generator.
+    "kernel-5959": ("read", lambda: _drawn(kernel_shapes(8, 5959))),
     "ramps-after-flat": ("limit", lambda: _drawn(ramp_after_flat_shapes(60, 4242))),
     "sawtooth-after-flat": ("limit", lambda: _drawn(sawtooth_after_flat_shapes(60, 4243))),
 }

@@ -27,6 +27,9 @@ def test_cgroup_v2(fixtures: Path) -> None:
         23622320128, 2147483648, 1610612736, 1073741824)
     assert (m.psi_some_avg10_pct, m.psi_full_avg10_pct) == (3.5, 1.25)
     assert m.oom_kill_count == 1
+    # The kernel's unreclaimable part (issue 59, 1): each as memory.stat says.
+    assert (m.slab_unreclaimable_bytes, m.sock_bytes, m.kernel_stack_bytes, m.pagetables_bytes, m.percpu_bytes) == (
+        10485760, 0, 2097152, 52428800, 1048576)
 
 
 def test_cgroup_v2_no_limit_no_pressure(fixtures: Path) -> None:
@@ -43,6 +46,7 @@ def test_cgroup_v1(fixtures: Path) -> None:
     assert (m.anon_bytes, m.file_bytes, m.inactive_file_bytes, m.shmem_bytes) == (
         479621120, 1485168640, 1055973376, 104869888)
     assert m.oom_kill_count == 3
+    assert m.sock_bytes is None and m.slab_unreclaimable_bytes is None  # v1 gives no breakdown: unknown
 
 
 def test_garbage_in_every_file_gives_unknowns_and_counts(tmp_path: Path, fixtures: Path) -> None:

@@ -33,6 +33,11 @@ WIRE_FIELDS: tuple[tuple[str, str], ...] = (
     ("events_high", "high_events_count"),
     ("events_max", "max_events_count"),
     ("node_available", "node_available_bytes"),
+    ("slab_unreclaimable", "slab_unreclaimable_bytes"),
+    ("sock", "sock_bytes"),
+    ("kernel_stack", "kernel_stack_bytes"),
+    ("pagetables", "pagetables_bytes"),
+    ("percpu", "percpu_bytes"),
 )
 FLOAT_FIELDS = frozenset({"psi_some_avg10_pct", "psi_full_avg10_pct"})
 # Traces use the wire names, with t_s in place of time.
@@ -42,6 +47,10 @@ TRACE_COLUMNS: tuple[str, ...] = ("t_s",) + tuple(w for w, _ in WIRE_FIELDS)
 V2_ONLY_COLUMNS: tuple[str, ...] = ("memory_high", "events_high", "events_max")
 # Served only for a container with no memory limit (the node is its ceiling).
 NODE_COLUMNS: tuple[str, ...] = ("node_available",)
+# The kernel's own memory charged to the cgroup that reclaim cannot give
+# back (cgroup v2's memory.stat): a trace has these columns when its source
+# gave them.
+KERNEL_COLUMNS: tuple[str, ...] = ("slab_unreclaimable", "sock", "kernel_stack", "pagetables", "percpu")
 
 # Values beyond this are garbage, not memory (16 EiB is the cgroup "no limit").
 _MAX_BYTES = 2**62
@@ -80,6 +89,26 @@ class Sample:
     # The node's MemAvailable, served where the container has no memory
     # limit: what the pod can still take before the node runs out.
     node_available_bytes: int | None = None
+    # cgroup v2's memory.stat: the kernel's memory charged to the cgroup that
+    # reclaim cannot take back (issue 59, 1). Socket buffers of connections
+    # nobody reads, unreclaimable slab (dentries of open files, network
+    # structures), kernel stacks, page tables, per-CPU memory: memory.current
+    # counts them and the kernel kills at memory.max with them, yet none is
+    # anon or shmem. (Reclaimable slab, like page cache, is given back first.)
+    slab_unreclaimable_bytes: int | None = None
+    sock_bytes: int | None = None
+    kernel_stack_bytes: int | None = None
+    pagetables_bytes: int | None = None
+    percpu_bytes: int | None = None
+
+    @property
+    def kernel_bytes(self) -> int | None:
+        """The kernel's unreclaimable memory in the cgroup: the sum of those
+        of its parts the source gave, None where it gave none (cgroup v1, a
+        trace without them: there "in use" is anon + shmem alone)."""
+        parts = [v for v in (self.slab_unreclaimable_bytes, self.sock_bytes, self.kernel_stack_bytes,
+                             self.pagetables_bytes, self.percpu_bytes) if v is not None]
+        return sum(parts) if parts else None
 
     @property
     def working_set_bytes(self) -> int | None:
@@ -92,12 +121,15 @@ class Sample:
     @property
     def unreclaimable_bytes(self) -> int | None:
         """What the kernel cannot reclaim to stay under the limit: ``anon``
-        plus ``shmem`` (Plasma's pages) when ``memory.stat`` gives them, else
-        the working set. Page cache, active or not, is given back before the
-        OOM killer runs, so a cgroup can sit at 99% of its limit in cache
-        while healthy, and a leak can grow under that cache."""
+        plus ``shmem`` (Plasma's pages) plus the kernel's own unreclaimable
+        part (``kernel_bytes``, where given) when ``memory.stat`` gives them,
+        else the working set. Page cache, active or not, is given back
+        before the OOM killer runs, so a cgroup can sit at 99% of its limit
+        in cache while healthy, and a leak can grow under that cache; a
+        leak of socket buffers or slab grows in none of anon, shmem or
+        cache (issue 59, 1)."""
         if self.anon_bytes is not None and self.shmem_bytes is not None:
-            return self.anon_bytes + self.shmem_bytes
+            return self.anon_bytes + self.shmem_bytes + (self.kernel_bytes or 0)
         return self.working_set_bytes
 
     @property

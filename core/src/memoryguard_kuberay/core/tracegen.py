@@ -108,6 +108,15 @@ class Shape:
     # writes no memory_max and the node's available memory instead.
     node_gib: float = 0.0
     node_others: float = 0.5
+    # The kernel's own unreclaimable memory (issue 59, 1), served by a cgroup
+    # v2 node's sidecar: kernel_base of the limit held (connections' socket
+    # buffers, slab), kernel_leak_per_h more each hour from leak_start_s
+    # (streams nobody reads), kernel_wave_amp up and down each day (the
+    # connections of the day's traffic, closed at night). 0 for all three:
+    # the trace has no kernel columns (as before the issue).
+    kernel_base: float = 0.0
+    kernel_leak_per_h: float = 0.0
+    kernel_wave_amp: float = 0.0
     # Ray gives the store's use but no spilled-bytes figure.
     no_spill_metric: bool = False
     # Sidecar outages: this many gaps of 10-60 minutes with no rows.
@@ -186,6 +195,8 @@ def generate(shape: Shape) -> Iterator[Sample]:
     days = int((shape.duration_s + shape.diurnal_phase_s) // DAY_S) + 2
     day_starts = [shape.surge_at_s + field.uniform(-1800, 1800) for _ in range(days)] if shape.surge_to else []
     node = int(shape.node_gib * GIB)
+    kernel_on = bool(shape.kernel_base or shape.kernel_leak_per_h or shape.kernel_wave_amp)
+    knoise = random.Random(shape.seed * 15485863 + 59)  # its own: traces without kernel columns stay as they were
     high_events = 0
     spilled = 0.0
     leak_acc = 0.0
@@ -253,6 +264,10 @@ def generate(shape: Shape) -> Iterator[Sample]:
         # and is reclaimed, inactive first, as the unreclaimable part grows:
         # the OOM killer comes when nothing is left to reclaim.
         kernel = int(0.004 * limit0)
+        if kernel_on:
+            grown = shape.kernel_leak_per_h * max(0.0, t - shape.leak_start_s) / 3600.0
+            wave = shape.kernel_wave_amp * (0.5 + 0.5 * math.sin(w * (t + shape.diurnal_phase_s)))
+            kernel += int(max(0.0, shape.kernel_base + grown + wave + knoise.gauss(0.0, 0.002)) * limit0)
         high = int(shape.memory_high * limit) if shape.memory_high else None
         over_high = 0
         if high is not None and ws + kernel > high:
@@ -297,17 +312,30 @@ def generate(shape: Shape) -> Iterator[Sample]:
                 memory_high_bytes=high, high_events_count=None if high is None else high_events,
                 max_events_count=None if high is None else int(oom),
                 node_available_bytes=max(0, node - others - (current - file_b)) if node else None,
+                **(_kernel_parts(kernel, limit0) if kernel_on else {}),
             )
         if oom:
             return
         t += shape.interval_s
 
 
+def _kernel_parts(kernel: int, limit0: int) -> dict[str, int]:
+    """The kernel's memory as memory.stat splits it: stacks, page tables
+    and per-CPU memory small and steady, the rest socket buffers and
+    unreclaimable slab (two to one)."""
+    small = int(0.004 * limit0)
+    stack, tables = small // 8, small // 2
+    percpu = small - stack - tables
+    rest = max(0, kernel - small)
+    return {"kernel_stack_bytes": stack, "pagetables_bytes": tables, "percpu_bytes": percpu,
+            "sock_bytes": rest * 2 // 3, "slab_unreclaimable_bytes": rest - rest * 2 // 3}
+
+
 def labels_for(shape: Shape, samples: list[Sample]) -> dict[str, object]:
     """The truth about a generated trace, in shared/traces' labels.json form."""
     oom_at = next((s.time_s for s in samples if s.oom_kill_count), None)
     full_at = next((s.time_s for s in samples if (s.store_fraction or 0) >= 0.95), None)
-    leaking = shape.leak_per_h > 0 or shape.store_leak_per_h > 0
+    leaking = shape.leak_per_h > 0 or shape.store_leak_per_h > 0 or shape.kernel_leak_per_h > 0
     return {
         "kind": shape.kind,
         "leak_start_s": int(shape.leak_start_s) if leaking else None,

@@ -21,7 +21,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from memoryguard_kuberay.core.samples import NODE_COLUMNS, TRACE_COLUMNS, V2_ONLY_COLUMNS, WIRE_FIELDS, Sample, _number
+from memoryguard_kuberay.core.samples import (
+    KERNEL_COLUMNS,
+    NODE_COLUMNS,
+    TRACE_COLUMNS,
+    V2_ONLY_COLUMNS,
+    WIRE_FIELDS,
+    Sample,
+    _number,
+)
 
 _ATTR = {"t_s": "time_s", **{wire: attr for wire, attr in WIRE_FIELDS}}
 
@@ -204,12 +212,14 @@ def read_trace(path: str | Path) -> Trace:
 
 
 def write_trace(samples: Iterable[Sample], stream: IO[str]) -> int:
-    """The samples as CSV. The cgroup v2 only columns, and the node's, are
-    written when the first sample has one of them (a v2 source gives its
-    event counters from the first reading; a pod with no limit the node's
-    available memory), so a v1 or generated trace reads as it always did."""
+    """The samples as CSV. The cgroup v2 only columns, the node's and the
+    kernel's are written when the first sample has one of them (a v2 source
+    gives its event counters and memory.stat from the first reading; a pod
+    with no limit the node's available memory), so a v1 or generated trace
+    reads as it always did."""
     def columns(first: dict[str, str]) -> list[str]:
-        left_out = {c for group in (V2_ONLY_COLUMNS, NODE_COLUMNS) if not any(first.get(c) for c in group)
+        left_out = {c for group in (V2_ONLY_COLUMNS, NODE_COLUMNS, KERNEL_COLUMNS)
+                    if not any(first.get(c) for c in group)
                     for c in group}
         return [c for c in TRACE_COLUMNS if c not in left_out]
 

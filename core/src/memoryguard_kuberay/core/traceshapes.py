@@ -304,3 +304,49 @@ def random_shapes(n: int, seed: int) -> list[Shape]:
                                 no_store_metrics=s.kind != "plasma_leak" and rng.random() < 0.15)
         out.append(s)
     return out
+
+
+# Issue 59, 1: the kernel's own memory. Each pair a leak and the healthy twin
+# a detector of anon alone, or of memory.current, confuses with it.
+KERNEL_KINDS: tuple[str, ...] = ("sock_leak", "sock_busy", "anon_leak_kernel_heavy", "kernel_heavy_steady")
+
+
+def kernel_shape(kind: str, name: str, rng: random.Random, seed: int) -> Shape:
+    """One pod of ``kind`` (KERNEL_KINDS), its parameters drawn from ``rng``.
+
+    - ``sock_leak``: socket buffers (and the slab of their connections) of
+      streams nobody reads grow 1-5% of the limit an hour, from 2-10 h in,
+      under a steady worker whose anon stays where it was.
+    - ``sock_busy``: its twin, a worker holding many connections (10-25% of
+      its limit in the kernel) whose number follows the day's traffic.
+    - ``anon_leak_kernel_heavy``: a slow anon leak on a small pod (2-4 GiB,
+      KubeRay's sample size) with 5-10% of it in the kernel: the kill comes
+      while anon + shmem read only 90-95%.
+    - ``kernel_heavy_steady``: its twin, the same pod steady with 80-88%
+      of it in use, the kernel's part included."""
+    u = rng.uniform
+    if kind in ("sock_leak", "sock_busy"):
+        saw, kernel, wave = u(0.0, 0.08), u(0.1, 0.25), u(0.05, 0.15)
+        common: dict[str, Any] = {"limit_gib": rng.choice([8.0, 16.0, 32.0]), "sawtooth_amp": saw,
+                                  "sawtooth_period_s": u(900, 3600), "duration_s": 48 * 3600.0,
+                                  "diurnal_phase_s": u(0, DAY_S)}
+        if kind == "sock_leak":
+            return Shape(name, "leak", base=u(0.35, 0.55), kernel_base=u(0.02, 0.08), kernel_leak_per_h=u(0.01, 0.05),
+                         leak_start_s=u(2, 10) * 3600, seed=seed, **common)
+        # At most 86% in use at the day's peak: busy, never near the limit.
+        return Shape(name, "healthy", base=u(0.3, max(0.31, 0.86 - saw - kernel - wave)), kernel_base=kernel,
+                     kernel_wave_amp=wave, seed=seed, **common)
+    kernel = u(0.05, 0.1)
+    common = {"limit_gib": rng.choice([2.0, 3.0, 4.0]), "kernel_base": kernel, "sawtooth_amp": u(0.0, 0.03),
+              "duration_s": 60 * 3600.0}
+    if kind == "anon_leak_kernel_heavy":
+        return Shape(name, "leak", base=u(0.35, 0.5), leak_per_h=u(0.008, 0.03), leak_start_s=u(1, 6) * 3600,
+                     seed=seed, **common)
+    return Shape(name, "healthy", base=u(0.8, 0.88) - kernel - 0.03, seed=seed, **common)
+
+
+def kernel_shapes(n: int, seed: int) -> list[Shape]:
+    """``n`` pods of each of KERNEL_KINDS."""
+    rng = random.Random(seed)
+    return [kernel_shape(kind, f"{kind}_{k:02d}", rng, seed * 1000 + i * 100 + k)
+            for k in range(n) for i, kind in enumerate(KERNEL_KINDS)]

@@ -34,6 +34,12 @@ class MemoryReading:
     high_known: bool = False
     high_events_count: int | None = None
     max_events_count: int | None = None
+    # cgroup v2's memory.stat: the kernel's unreclaimable part (samples.py).
+    slab_unreclaimable_bytes: int | None = None
+    sock_bytes: int | None = None
+    kernel_stack_bytes: int | None = None
+    pagetables_bytes: int | None = None
+    percpu_bytes: int | None = None
 
 
 class CgroupReader:
@@ -93,6 +99,9 @@ class CgroupV2Reader(CgroupReader):
             oom_kill_count=events.get("oom_kill"),
             high_bytes=high, high_known=high_known,
             high_events_count=events.get("high"), max_events_count=events.get("max"),
+            slab_unreclaimable_bytes=stat.get("slab_unreclaimable"), sock_bytes=stat.get("sock"),
+            kernel_stack_bytes=stat.get("kernel_stack"), pagetables_bytes=stat.get("pagetables"),
+            percpu_bytes=stat.get("percpu"),
         )
 
     def _has_pressure(self) -> bool:
@@ -103,7 +112,10 @@ class CgroupV2Reader(CgroupReader):
 
 class CgroupV1Reader(CgroupReader):
     """``memory.usage_in_bytes``, ``memory.limit_in_bytes``, ``memory.stat``
-    (hierarchical ``total_*`` counters), ``memory.oom_control``."""
+    (hierarchical ``total_*`` counters), ``memory.oom_control``. v1's
+    memory.stat has no kernel breakdown (its kernel memory is one counter,
+    ``memory.kmem.usage_in_bytes``, reclaimable slab and all): the kernel's
+    unreclaimable part is not served here (docs/facts.md)."""
 
     kind = "cgroup-v1"
 

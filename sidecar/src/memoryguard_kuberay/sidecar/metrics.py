@@ -31,6 +31,9 @@ GAUGES: tuple[tuple[str, str, Callable[[Sample], float | int | None]], ...] = (
     ("psi_full_avg10_percent", "memory.pressure full avg10", lambda s: s.psi_full_avg10_pct),
     ("node_available_bytes", "the node's MemAvailable (served for a container with no memory limit)",
      lambda s: s.node_available_bytes),
+    ("kernel_unreclaimable_bytes", "memory.stat slab_unreclaimable + sock + kernel_stack + pagetables + percpu "
+     "(cgroup v2)", lambda s: s.kernel_bytes),
+    ("sock_bytes", "memory.stat sock: socket buffers (cgroup v2)", lambda s: s.sock_bytes),
 )
 
 

@@ -112,6 +112,11 @@ class Sampler:
             high_events_count=m.high_events_count if m else None,
             max_events_count=m.max_events_count if m else None,
             node_available_bytes=node_available,
+            slab_unreclaimable_bytes=m.slab_unreclaimable_bytes if m else None,
+            sock_bytes=m.sock_bytes if m else None,
+            kernel_stack_bytes=m.kernel_stack_bytes if m else None,
+            pagetables_bytes=m.pagetables_bytes if m else None,
+            percpu_bytes=m.percpu_bytes if m else None,
         )
 
 
