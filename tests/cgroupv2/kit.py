@@ -60,7 +60,8 @@ def run_guest(share: Path, site: Path, cases: list[dict[str, Any]], *, layout: s
     kernel reports a soft lockup (seen once here: TCG's vCPU threads starved
     while the host's two cores were busy) is stopped and booted again, once."""
     (share / "probes").mkdir(parents=True, exist_ok=True)
-    shutil.copy(GUEST / "leak.py", share / "probes" / "leak.py")
+    for program in ("leak.py", "sockleak.py"):
+        shutil.copy(GUEST / program, share / "probes" / program)
     shutil.copy(GUEST / "probe.py", share / "probe.py")
     (share / "conf.json").write_text(json.dumps({"layout": layout, "port": port, "cases": cases}))
     cmd = [str(KIT / "run.sh"), "-q", "-t", str(timeout_s), "-s", str(share), "-S", f"{site}:/site",

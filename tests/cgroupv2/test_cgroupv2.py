@@ -113,6 +113,8 @@ def case(name: str, *, ray: tuple[int, int] = (1000, 100), pod_security: dict[st
 # minutes: long enough for the test profile's two minutes of history.
 V2_CASES = [
     case("leak-max", rate=1.2, restart=True, timeout_s=330),
+    # Issue 59, 1: the kernel's memory leaking (socket buffers nobody reads), anon flat.
+    case("leak-sock", rate=1.2, program="sockleak.py", restart=True, timeout_s=330),
     case("leak-high", rate=4.0, mem_high=160 * MIB, after_high_s=30, timeout_s=150),
     case("ray-1000-100", watch_s=20),
     case("ray-root", ray=(0, 0), pod_security={"runAsUser": 0, "runAsGroup": 0}, watch_s=20),
@@ -131,6 +133,9 @@ V2_FILES = {  # served field: (file, key or None)
     "oom_kill": ("memory.events", "oom_kill"), "events_high": ("memory.events", "high"),
     "events_max": ("memory.events", "max"), "psi_some_avg10": ("memory.pressure", "some_avg10"),
     "psi_full_avg10": ("memory.pressure", "full_avg10"),
+    "slab_unreclaimable": ("memory.stat", "slab_unreclaimable"), "sock": ("memory.stat", "sock"),
+    "kernel_stack": ("memory.stat", "kernel_stack"), "pagetables": ("memory.stat", "pagetables"),
+    "percpu": ("memory.stat", "percpu"),
 }
 V1_FILES = {
     "memory_current": ("memory.usage_in_bytes", None), "memory_max": ("memory.limit_in_bytes", None),
@@ -291,7 +296,7 @@ def event_time(rec: dict[str, Any], what: str) -> float | None:
 # -- cgroup v2 ---------------------------------------------------------------
 
 def test_v2_every_served_field_is_what_the_files_said(v2: Run) -> None:
-    for name in ("leak-max", "leak-high"):
+    for name in ("leak-max", "leak-high", "leak-sock"):
         rec = v2.record(name)
         n, bad = compare(rec, V2_FILES)
         print(f"{name}: {n} served values compared with the files, {len(bad)} off")
@@ -336,6 +341,36 @@ def test_v2_the_policy_rotates_the_leak_before_the_kernel_kills_it(v2: Run) -> N
           f"{'never' if first is None else f't+{first - samples[0].time_s:.0f} s'} ({reasons}); "
           f"lead {'none' if first is None else f'{killed - first:.0f} s'}")
     assert first is not None and first < killed
+
+
+def test_v2_a_leak_of_the_kernels_memory_is_rotated_before_the_kernel_kills_it(v2: Run) -> None:
+    """Issue 59, 1: socket buffers of connections nobody reads fill the
+    cgroup while anon stays flat; the sidecar serves them (``sock``), the
+    policy counts them in "in use" and rotates the pod before the kill."""
+    rec = v2.record("leak-sock")
+    killed = event_time(rec, "ray stopped")
+    assert killed is not None, f"the kernel never killed the socket leak; events {rec['events']}"
+    samples: list[Sample] = []
+    for a in answers(rec):
+        poll = sidecar_client.parse(a["body"].encode(), latency_s=0.0, now_s=a["at"])
+        samples.extend(s for s in poll.samples if s.time_s < killed and (not samples or s.time_s > samples[-1].time_s))
+    known = [s for s in samples if s.sock_bytes is not None and s.anon_bytes is not None]
+    first, last = known[0], known[-1]
+    print(f"socket leak: sock {first.sock_bytes / MIB:.0f} -> {last.sock_bytes / MIB:.0f} MiB, anon "
+          f"{first.anon_bytes / MIB:.0f} -> {last.anon_bytes / MIB:.0f} MiB, kernel's unreclaimable "
+          f"{(last.kernel_bytes or 0) / MIB:.0f} MiB, in use {last.used_fraction:.0%} of the limit at the last "
+          f"sample before the kill (anon + shmem alone: {(last.anon_bytes + (last.shmem_bytes or 0)) / MIB:.0f} MiB)")
+    assert last.sock_bytes - first.sock_bytes > 100 * MIB, "the leak was not in the socket buffers"
+    assert last.anon_bytes < 100 * MIB, "anon grew: not a kernel-memory leak"
+    result = replay("leak-sock", samples, load_guard_settings(str(TEST_PROFILE)))
+    rotated = result.first_rotation_s
+    reasons = sorted({td.decision.reason.value for td in result.decisions})
+    print(f"kill at t+{killed - samples[0].time_s:.0f} s; first rotation at "
+          f"{'never' if rotated is None else f't+{rotated - samples[0].time_s:.0f} s'} ({reasons}); "
+          f"lead {'none' if rotated is None else f'{killed - rotated:.0f} s'}")
+    assert rotated is not None and rotated < killed
+    # Without the kernel's part (as before the issue) "in use" read anon + shmem alone.
+    assert (last.anon_bytes + (last.shmem_bytes or 0)) / (last.memory_max_bytes or 1) < 0.5
 
 
 def test_v2_memory_high_its_throttling_and_full_pressure_are_served(v2: Run) -> None:

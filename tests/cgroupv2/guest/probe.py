@@ -28,7 +28,8 @@ CLONE_NEWNET = 0x40000000
 FILES_V2 = ("memory.current", "memory.max", "memory.high", "memory.stat", "memory.events", "memory.pressure")
 FILES_V1 = ("memory.usage_in_bytes", "memory.limit_in_bytes", "memory.stat", "memory.oom_control", "memory.failcnt")
 STAT_KEYS = ("anon", "file", "inactive_file", "shmem", "rss", "cache", "total_rss", "total_cache",
-             "total_inactive_file", "total_shmem")
+             "total_inactive_file", "total_shmem", "slab_unreclaimable", "sock", "kernel_stack", "pagetables",
+             "percpu")
 
 
 def cgroup_dir(name):
@@ -73,7 +74,8 @@ def get(path, timeout=2.0):
 
 
 def start_ray(c, pause, rate):
-    args = ["bash", "-c", f"exec -a ray::Leaker python3 /probes/leak.py {rate} {c['cache_mib']}"]
+    program = c.get("program", "leak.py") if rate else "leak.py"  # (restarted: no leak)
+    args = ["bash", "-c", f"exec -a ray::Leaker python3 /probes/{program} {rate} {c['cache_mib']}"]
     kw = {"uid": c["ray_uid"], "gid": c["ray_gid"], "join": pause, "mem": c["mem_max"],
           "log": f"/var/lib/kitpod/ray-{c['name']}.log"}
     if V2:

@@ -21,7 +21,8 @@ from memoryguard_kuberay.core.schema import Field, Kind, check, said
 POLICY_FIELDS: tuple[Field, ...] = (
     # Hysteresis on absolute usage: a backstop for growth too fast to trend.
     Field("policy.criticalPercent", Kind.NUMBER, 95,
-          "Memory in use (anon + shmem: what the kernel cannot reclaim; page cache is not counted) at or above "
+          "Memory in use (anon + shmem + the kernel's unreclaimable part: what the kernel cannot reclaim; page cache "
+          "is not counted) at or above "
           "this share of the limit is critical (in the spec: percent, 50-100).",
           unit="percent", minimum=50, maximum=100, attr="critical_fraction", percent=True),
     Field("policy.criticalForSeconds", Kind.INT, 900,

@@ -43,7 +43,7 @@ class Reason(str, enum.Enum):
 class Evidence:
     """The numbers behind a decision. Every field may be unknown (None)."""
 
-    used_bytes: int | None = None  # anon + shmem: what the kernel cannot reclaim
+    used_bytes: int | None = None  # anon + shmem + the kernel's unreclaimable part: what reclaim cannot free
     working_set_bytes: int | None = None  # memory.current - inactive_file
     limit_bytes: int | None = None
     slope_bytes_per_h: float | None = None
