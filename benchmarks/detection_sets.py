@@ -46,6 +46,7 @@ from memoryguard_kuberay.core.traceshapes import (
     ramp_after_flat_shapes,
     random_shapes,
     sawtooth_after_flat_shapes,
+    spill_stall_shapes,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,6 +97,7 @@ SETS: dict[str, tuple[str, Callable[[], Iterator[Trace]]]] = {
     "behaviours-700": ("after", lambda: _drawn(_behaviours(700))),
     # Issue 59's behaviours, drawn once its rules were written, from its own generator.
     "kernel-5959": ("read", lambda: _drawn(kernel_shapes(8, 5959))),
+    "spill-stall-5960": ("read", lambda: _drawn(spill_stall_shapes(12, 5960))),
     "ramps-after-flat": ("limit", lambda: _drawn(ramp_after_flat_shapes(60, 4242))),
     "sawtooth-after-flat": ("limit", lambda: _drawn(sawtooth_after_flat_shapes(60, 4243))),
 }

@@ -74,6 +74,11 @@ class Shape:
     store_hold: float = 0.0
     store_fill_s: float = 3600.0
     spill_gib_per_h: float = 2.0
+    # Spilling stops at spill_stall_at_s (its volume full: issue 59, 3): the
+    # bytes on disk hold still from then and the store fills by
+    # stall_fill_per_h (of its capacity) an hour, nothing spilled any more.
+    spill_stall_at_s: float = 0.0
+    stall_fill_per_h: float = 0.0
     # An in-place resize: the limit becomes limit_raise_to_gib at
     # limit_raise_at_s, and the workload grows by grow_into (of the first
     # limit) over grow_s into the new room, then holds.
@@ -246,7 +251,10 @@ def generate(shape: Shape) -> Iterator[Sample]:
         if shape.store_hold:
             fill = min(1.0, t / shape.store_fill_s)
             store_frac += (shape.store_hold - shape.store_base) * fill + extra.gauss(0.0, 0.015)
-            if store_frac >= 0.8:  # Ray's object_spilling_threshold
+            stalled = bool(shape.spill_stall_at_s) and t >= shape.spill_stall_at_s
+            if stalled:
+                store_frac += shape.stall_fill_per_h * (t - shape.spill_stall_at_s) / 3600.0
+            if store_frac >= 0.8 and not stalled:  # Ray's object_spilling_threshold
                 # Spilled objects come and go as the pipeline consumes them.
                 spilled = max(0.0, spilled + extra.gauss(0.6, 1.0) * shape.spill_gib_per_h * GIB
                               * shape.interval_s / 3600.0)
@@ -334,11 +342,13 @@ def _kernel_parts(kernel: int, limit0: int) -> dict[str, int]:
 def labels_for(shape: Shape, samples: list[Sample]) -> dict[str, object]:
     """The truth about a generated trace, in shared/traces' labels.json form."""
     oom_at = next((s.time_s for s in samples if s.oom_kill_count), None)
-    full_at = next((s.time_s for s in samples if (s.store_fraction or 0) >= 0.95), None)
-    leaking = shape.leak_per_h > 0 or shape.store_leak_per_h > 0 or shape.kernel_leak_per_h > 0
+    full_at = next((s.time_s for s in samples if (s.store_fraction or 0) >= 0.95
+                    and s.time_s >= shape.spill_stall_at_s), None)
+    leaking = (shape.leak_per_h > 0 or shape.store_leak_per_h > 0 or shape.kernel_leak_per_h > 0
+               or shape.spill_stall_at_s > 0)
     return {
         "kind": shape.kind,
-        "leak_start_s": int(shape.leak_start_s) if leaking else None,
+        "leak_start_s": (int(shape.spill_stall_at_s or shape.leak_start_s)) if leaking else None,
         "oom_at_s": None if oom_at is None else int(oom_at),
         "plasma_full_at_s": None if full_at is None or shape.kind != "plasma_leak" else int(full_at),
         "rows": len(samples),

@@ -350,3 +350,23 @@ def kernel_shapes(n: int, seed: int) -> list[Shape]:
     rng = random.Random(seed)
     return [kernel_shape(kind, f"{kind}_{k:02d}", rng, seed * 1000 + i * 100 + k)
             for k in range(n) for i, kind in enumerate(KERNEL_KINDS)]
+
+
+def spill_stall_shapes(n: int, seed: int) -> list[Shape]:
+    """Issue 59, 3: ``n`` pipelines that hold the object store at 80-90%
+    while Ray spills to disk, each once with its spilling stopped 4-16 h in
+    (the volume full: the bytes on disk hold still, the store fills 5-20
+    points an hour) and once as its healthy twin, spilling all along."""
+    rng = random.Random(seed)
+    u = rng.uniform
+    out = []
+    for k in range(n):
+        cap = u(0.15, 0.3)
+        common: dict[str, Any] = dict(limit_gib=rng.choice(LIMITS_GIB), noise=u(0.002, 0.01), store_capacity_frac=cap,
+                                      store_base=u(0.05, 0.3), base=u(0.15, 0.8 - cap), duration_s=36 * 3600.0,
+                                      store_hold=u(0.8, 0.88), store_fill_s=u(900, 3600), spill_gib_per_h=u(0.5, 5.0),
+                                      diurnal_phase_s=u(0, DAY_S))
+        out.append(Shape(f"spill_stalled_{k:02d}", "plasma_leak", spill_stall_at_s=u(4, 16) * 3600,
+                         stall_fill_per_h=u(0.05, 0.2), seed=seed * 1000 + 2 * k, **common))
+        out.append(Shape(f"spill_moving_{k:02d}", "healthy", seed=seed * 1000 + 2 * k + 1, **common))
+    return out

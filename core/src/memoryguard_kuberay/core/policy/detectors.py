@@ -207,6 +207,13 @@ def store_projection(window: PodWindow, settings: PolicySettings,
     that are never released: a Plasma reference leak)."""
     p = project(window.store, now_s=now_s, ceiling=settings.store_full_fraction,
                 min_slope_per_s=settings.min_growth_fraction_per_h / 3600.0, settings=settings)
+    if (stalled := window.spill_stalled(now_s)) is not None and window.last is not None:
+        # Not a trend to wait for: the store climbs where Ray would spill, and
+        # nothing more goes to disk (issue 59, 3).
+        quiet, rise = stalled
+        return Verdict(True, f"object store {window.last.store_fraction:.0%} full and filling: up {rise * 100:.0f} "
+                             f"points since Ray last spilled, {fmt_duration(quiet)} ago (spilling stopped, "
+                             f"{fmt_bytes(window.last.plasma_spilled_bytes or 0)} on disk)"), p
     if p is not None and window.spilling(now_s):
         # Objects a leak pins are never released; a store Ray spills from is
         # being consumed and refilled by a pipeline.
@@ -293,6 +300,9 @@ def store_full(obs: Observation) -> Verdict:
         return NO
     full = f"object store at or above {s.store_full_fraction:.0%} for {fmt_duration(held)}"
     if obs.window.spill_known(obs.now_s):
+        spilled = obs.window.last.plasma_spilled_bytes if obs.window.last else None
+        if spilled:
+            return Verdict(True, f"{full}, spilling stopped ({fmt_bytes(spilled)} on disk, unchanged)")
         return Verdict(True, f"{full}, nothing spilled to disk")
     # The processes' own memory growing, as an established trend: memory in
     # use counts the store's pages (shmem), which a filling store makes rise

@@ -282,11 +282,18 @@ class Series:
                         top=concave_top(ts[s0:], ys[s0:]))
 
 
+# Ray's object_spilling_threshold (its default: 0.8 of the store): above it
+# Ray spills the objects it can; and how far the store must climb past the
+# last spill, nothing more on disk, for spilling to count as stopped.
+RAY_SPILL_THRESHOLD = 0.8
+STALL_RISE = 0.03
+
+
 class PodWindow:
     """Everything the policy remembers about one pod."""
 
     # One a pod, 20,000 a replica: slots, not a dict each (issue 25's RSS).
-    __slots__ = ("_first_oom_kills", "anon", "baseline_used_bytes", "critical", "first_s", "floor", "last",
+    __slots__ = ("_first_oom_kills", "_spilled", "_store_at_spill", "anon", "baseline_used_bytes", "critical", "first_s", "floor", "last",
                  "last_spill_known_s", "last_spill_s", "limit_bytes", "node_ceiling_bytes", "oom_kills_seen",
                  "pressure", "rapid",
                  "regime_s", "samples_rejected", "samples_seen", "settings", "store", "store_full", "used")
@@ -302,7 +309,13 @@ class PodWindow:
         self.store = Series(settings.trend_bucket_s, settings.trend_window_s)
         self.store_full = HoldTimer()
         self.pressure = HoldTimer()
-        self.last_spill_s: float | None = None  # newest sample that showed objects spilled to disk
+        # Newest sample whose spilled bytes moved (Ray spilling objects to disk,
+        # or deleting spilled ones): Ray's figure is a level, bytes on disk
+        # now, so a level that holds still says spilling has stopped (its
+        # volume full), whatever its size (issue 59, 3).
+        self.last_spill_s: float | None = None
+        self._spilled: int | None = None  # the last spilled level read
+        self._store_at_spill: float | None = None  # the store's occupancy when it last moved
         self.last_spill_known_s: float | None = None  # newest sample that said how much is spilled (0 included)
         # A pod with no limit: what it could reach now (in use plus the node's
         # available memory, less the kubelet's eviction threshold).
@@ -370,9 +383,12 @@ class PodWindow:
         if closed is not None and self.baseline_used_bytes is None and warm:
             self.baseline_used_bytes = closed.mean
         self.store.add(t, sample.store_fraction)
-        if sample.plasma_spilled_bytes:
-            self.last_spill_s = t
-        if sample.plasma_spilled_bytes is not None:
+        spilled = sample.plasma_spilled_bytes
+        if spilled is not None:
+            if spilled and spilled != self._spilled:
+                self.last_spill_s = t
+                self._store_at_spill = sample.store_fraction
+            self._spilled = spilled
             self.last_spill_known_s = t
 
         gap = s.stale_after_s  # samples further apart than this do not make one run
@@ -414,9 +430,32 @@ class PodWindow:
         return self.regime_s if self.regime_s is not None else 0.0
 
     def spilling(self, now_s: float) -> bool:
-        """Ray has spilled objects to disk within the trend window: the store
-        is full because the workload fills it, and Ray is coping."""
-        return self.last_spill_s is not None and now_s - self.last_spill_s <= self.settings.trend_window_s
+        """Ray's spilling is moving: objects went to disk (or spilled ones
+        were deleted) within the time a store must stay full to be judged
+        (``objectStoreFullForSeconds``): the store is full because the
+        workload fills it, and Ray is coping. Spilled bytes that hold still
+        that long mean spilling has stopped (its volume full, or objects
+        pinned), and a full store then is the emergency it is (issue 59, 3:
+        one spilled byte used to switch the store's rules off for the whole
+        trend window)."""
+        return self.last_spill_s is not None and now_s - self.last_spill_s <= max(
+            self.settings.store_full_for_s, self.settings.trend_bucket_s)
+
+    def spill_stalled(self, now_s: float) -> tuple[float, float] | None:
+        """(minutes since Ray last spilled, the store's rise since) when Ray
+        spilled before and has not for ``objectStoreFullForSeconds`` while
+        the store, above Ray's spilling threshold, kept filling by
+        STALL_RISE or more: Ray spills once the store passes its threshold,
+        so a store that climbs there with nothing more on disk has lost its
+        spilling (its volume full). None otherwise."""
+        last, store = self.last, self.last.store_fraction if self.last is not None else None
+        if self.last_spill_s is None or self._store_at_spill is None or store is None:
+            return None
+        quiet = now_s - self.last_spill_s
+        rise = store - self._store_at_spill
+        if quiet < self.settings.store_full_for_s or store < RAY_SPILL_THRESHOLD or rise < STALL_RISE:
+            return None
+        return quiet, rise
 
     def spill_known(self, now_s: float) -> bool:
         """Ray said how much it has spilled (0 is an answer) within the trend
