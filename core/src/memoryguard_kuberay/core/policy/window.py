@@ -293,7 +293,8 @@ class PodWindow:
     """Everything the policy remembers about one pod."""
 
     # One a pod, 20,000 a replica: slots, not a dict each (issue 25's RSS).
-    __slots__ = ("_first_oom_kills", "_spilled", "_store_at_spill", "anon", "baseline_used_bytes", "critical", "first_s", "floor", "last",
+    __slots__ = ("_first_oom_kills", "_spilled", "_store_at_spill", "anon", "baseline_used_bytes", "critical",
+                 "first_s", "floor", "last",
                  "last_spill_known_s", "last_spill_s", "limit_bytes", "node_ceiling_bytes", "oom_kills_seen",
                  "pressure", "rapid",
                  "regime_s", "samples_rejected", "samples_seen", "settings", "store", "store_full", "used")
@@ -448,7 +449,7 @@ class PodWindow:
         STALL_RISE or more: Ray spills once the store passes its threshold,
         so a store that climbs there with nothing more on disk has lost its
         spilling (its volume full). None otherwise."""
-        last, store = self.last, self.last.store_fraction if self.last is not None else None
+        store = self.last.store_fraction if self.last is not None else None
         if self.last_spill_s is None or self._store_at_spill is None or store is None:
             return None
         quiet = now_s - self.last_spill_s
