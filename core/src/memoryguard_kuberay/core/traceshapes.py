@@ -370,3 +370,4 @@ def spill_stall_shapes(n: int, seed: int) -> list[Shape]:
                          stall_fill_per_h=u(0.05, 0.2), seed=seed * 1000 + 2 * k, **common))
         out.append(Shape(f"spill_moving_{k:02d}", "healthy", seed=seed * 1000 + 2 * k + 1, **common))
     return out
+

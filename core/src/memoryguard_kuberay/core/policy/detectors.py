@@ -9,7 +9,14 @@ from __future__ import annotations
 import bisect
 import dataclasses
 
-from memoryguard_kuberay.core.policy.projection import Projection, envelope_projection, jumps, project, still_climbing
+from memoryguard_kuberay.core.policy.projection import (
+    Projection,
+    envelope_projection,
+    fallen_back,
+    jumps,
+    project,
+    still_climbing,
+)
 from memoryguard_kuberay.core.policy.window import HoldTimer, PodWindow, Series
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_oom_in, fmt_rate
@@ -41,6 +48,7 @@ def creep_projection(window: PodWindow, settings: PolicySettings,
     p = project(window.used, now_s=now_s, ceiling=OOM_AT * limit,
                 min_slope_per_s=settings.min_growth_fraction_per_h * limit / 3600.0, settings=settings,
                 onset_horizon_s=settings.horizon_s)
+    p = fallen_back(p, _newest_used(window), limit)
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
         return NO, p
     if window.resized and window.age_s < RESIZE_SETTLE_WINDOWS * settings.trend_window_s:
@@ -50,6 +58,12 @@ def creep_projection(window: PodWindow, settings: PolicySettings,
     if not trend_on_new_ground(window, settings, now_s, limit):
         return NO, p
     return Verdict(True, f"growing {fmt_rate(p.slope_per_s * 3600)}, {fmt_oom_in(p.eta_s)}"), p
+
+
+def _newest_used(window: PodWindow) -> float | None:
+    last = window.last
+    used = last.unreclaimable_bytes if last is not None else None
+    return None if used is None else float(used)
 
 
 def trend_on_new_ground(window: PodWindow, settings: PolicySettings, now_s: float, limit: int) -> bool:
@@ -94,6 +108,7 @@ def rapid_projection(window: PodWindow, settings: PolicySettings,
                 # five-minute buckets an epoch's climb is such a tail (23 of 24 healthy
                 # epochs pods drawn were rotated).
                 find_onset=True)
+    p = fallen_back(p, _newest_used(window), limit)
     under_sawtooth = False
     if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.rapid_horizon_s:
         # The means too unsteady for the bar, or too slow: the peaks' envelope

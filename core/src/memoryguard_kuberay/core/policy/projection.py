@@ -21,6 +21,7 @@ class Projection:
     eta_s: float | None  # None: not growing towards the ceiling
     sustained: bool  # enough history, fast enough, not slowing down
     why_not: str  # when not sustained: why
+    swing: float = 0.0  # how far the series' peaks ride above its trend (its sawtooth's half, or so)
 
 
 # The onset of growth after a flat stretch (issue 39): the recent half of
@@ -73,7 +74,8 @@ def project(series: Series, *, now_s: float, ceiling: float, min_slope_per_s: fl
         why_not = "growth is slowing down (warm-up or a cache filling to its bound)"
     elif fit.top is not None and fit.top[0] > now_s and fit.top[1] + fit.peak_offset < ceiling:
         why_not = f"growth is levelling off below the limit, topping out in {fmt_duration(fit.top[0] - now_s)}"
-    return Projection(slope_per_s=slope, level=level, eta_s=eta, sustained=not why_not, why_not=why_not)
+    return Projection(slope_per_s=slope, level=level, eta_s=eta, sustained=not why_not, why_not=why_not,
+                      swing=fit.peak_max_offset if highest_peaks else fit.peak_offset)
 
 
 def onset_projection(series: Series, fit: TrendFit, *, now_s: float, ceiling: float, min_slope_per_s: float,
@@ -114,7 +116,33 @@ def onset_projection(series: Series, fit: TrendFit, *, now_s: float, ceiling: fl
         # it by then, and a leak still leaves most of the horizon.
         why_not = (f"a new climb, {fmt_oom_in(eta)} at its pace: watched another "
                    f"{fmt_duration(ONSET_TAIL * series.bucket_s)}")
-    return Projection(slope_per_s=recent.slope, level=level, eta_s=eta, sustained=not why_not, why_not=why_not)
+    return Projection(slope_per_s=recent.slope, level=level, eta_s=eta, sustained=not why_not, why_not=why_not,
+                      swing=fit.peak_offset)
+
+
+# A climb that falls back is not a leak (issue 59, 2; issue 58, 5): the
+# newest reading this far below the projection's level, and further than
+# FALLBACK_SWINGS times how far the series' peaks ride above its trend (a
+# sawtooth's trough is about twice that below its peaks), says the growth
+# has stopped, whatever the buckets, which still hold the climb, say. A
+# real pod whose leak had stopped read 29% of its limit and "projected OOM
+# in 20 s", and was rotated; a drawn one fell from 89% to 48% and was
+# rotated one sample later.
+FALLBACK = 0.10  # of the limit
+FALLBACK_SWINGS = 3.0
+
+
+def fallen_back(p: Projection | None, newest: float | None, limit: float) -> Projection | None:
+    """``p`` as not sustained when the newest reading has fallen back below
+    it (FALLBACK), else ``p`` as it is."""
+    if p is None or not p.sustained or newest is None or not limit:
+        return p
+    drop = p.level - newest
+    if drop <= max(FALLBACK * limit, FALLBACK_SWINGS * p.swing):
+        return p
+    return dataclasses.replace(p, sustained=False, why_not=(
+        f"memory fell back to {newest / limit:.0%} of the limit, {drop / limit:.0%} below the trend: "
+        "the climb has stopped"))
 
 
 def onset_climb(series: Series, *, fall: float) -> Line | None:
