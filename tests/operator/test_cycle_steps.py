@@ -67,9 +67,11 @@ class FakeKube:
 class FakeEvents:
     def __init__(self, kube: FakeKube) -> None:
         self.kube = kube
+        self.said: list[Any] = []
 
     def announce(self, namespace: str, guard: Any, said: Any) -> None:
         self.kube.log.append(("event", said.reason.value))
+        self.said.append(said)
 
 
 class FakePods:
@@ -144,7 +146,7 @@ def test_the_cycle_runs_its_steps_in_order_and_writes_the_status_once_and_at_the
 
     monkeypatch.setattr(sidecar_client, "poll", poll)
     ran: list[str] = []
-    order = ["read_spec", "admit", "find_clusters", "set_up_clusters", "read_pods", "hold_while_placing",
+    order = ["read_spec", "admit", "find_clusters", "say_missing_clusters", "set_up_clusters", "read_pods", "hold_while_placing",
              "advance_rotations", "take_evidence", "poll_and_decide", "review_remediations", "summarize"]
     for name in order:
         real = getattr(steps, name)
@@ -354,3 +356,40 @@ def test_a_warning_event_is_logged_as_a_warning(caplog: pytest.LogCaptureFixture
         asyncio.run(guarding._write(loop, kube.guard, Decided(says=said)))
     levels = {r.getMessage().split(" ", 2)[1]: r.levelname for r in caplog.records if "evict" in r.getMessage()}
     assert levels == {"WorkerEvictionRefused:": "WARNING", "WorkerEvicted:": "INFO"}, levels
+
+
+class NamesKube(FakeKube):
+    async def get_raycluster(self, namespace: str, name: str, budget: Any = None) -> dict[str, Any]:
+        if name != "rc":
+            raise api_error_not_found(name)
+        return await super().get_raycluster(namespace, name, budget)
+
+    async def raycluster_names(self, namespace: str, *, most: int = 2000) -> list[str]:
+        return ["rc", "serving-rc"]
+
+
+def api_error_not_found(name: str) -> Exception:
+    from memoryguard_kuberay.operator.api.errors import NotFound
+
+    return NotFound(404, "NotFound", f'rayclusters.ray.io "{name}" not found')
+
+
+def test_a_misspelled_cluster_name_gets_a_warning_with_the_nearest_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 61, 6: a name the namespace lacks was a condition alone, no
+    Event and no log line. Now a Warning Event names it with what the
+    namespace has near it, once while the missing set stays the same."""
+    clock = FixedClock()
+    kube = NamesKube(RC, _guard({**SPEC, "clusterSelector": {"names": ["rc", "servng-rc"]}}))
+    ctx = _context(kube, FakePods([]), clock)
+
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        return Poll((), None, 0.01)
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    loop = guarding.Guard(ctx, NS, GUARD)
+    asyncio.run(guarding.cycle(loop, kube.guard))
+    asyncio.run(guarding.cycle(loop, kube.guard))
+    said = [s.message for s in ctx.events.said if s.reason.value == "ClusterNotFound"]  # type: ignore[attr-defined]
+    assert said == ["spec.clusterSelector.names: RayCluster(s) not found in namespace team-a: servng-rc "
+                    "(did you mean serving-rc?)"]
+    assert loop.mem.status.get("clustersNotFound") == ["servng-rc"]

@@ -34,6 +34,10 @@ class EventReason(str, enum.Enum):
     STATUS_RECORD_DROPPED = "StatusRecordDropped"
     ASK_IGNORED = "RotateAnnotationIgnored"  # a memoryguard.io/rotate value not taken
     INVALID_SPEC = "InvalidSpec"
+    # spec.clusterSelector.names names a RayCluster the namespace does not
+    # have: said once each time the missing set changes, with the nearest
+    # names the namespace has (a typo is the usual cause).
+    CLUSTER_NOT_FOUND = "ClusterNotFound"
     # The ladder before a rotation (cycle/laddering.py): a step asked of a
     # pod, its measured effect, and the pressure gone.
     PRESSURE_STEP = "PressureStepAsked"
@@ -52,4 +56,4 @@ WARNINGS = frozenset({EventReason.DRAIN_FAILED, EventReason.EVICTION_REFUSED, Ev
                       EventReason.REMEDIATION_REVERT_FAILED, EventReason.SIDECAR_INJECTION_FAILED,
                       EventReason.SIDECAR_REMOVAL_FAILED, EventReason.INVALID_SPEC,
                       EventReason.TEMPLATES_HELD, EventReason.STATUS_RECORD_DROPPED, EventReason.ASK_IGNORED,
-                      EventReason.FORENSICS_FAILED})
+                      EventReason.FORENSICS_FAILED, EventReason.CLUSTER_NOT_FOUND})

@@ -260,6 +260,16 @@ class Kube:
         return await self.list_all(_path(RAYCLUSTERS, namespace),
                                    {"labelSelector": label_selector} if label_selector else {}, budget=budget)
 
+    async def raycluster_names(self, namespace: str, *, most: int = 2000) -> list[str]:
+        """The namespace's RayClusters by name (their metadata alone, in
+        pages), at most ``most``."""
+        names: list[str] = []
+        async for items, _rv in self.list_pages(_path(RAYCLUSTERS, namespace), {}, metadata_only=True):
+            names += [str((i.get("metadata") or {}).get("name", "")) for i in items if isinstance(i, dict)]
+            if len(names) >= most:
+                break
+        return names[:most]
+
     async def list_guards(self, namespace: str) -> list[dict[str, Any]]:
         """The namespace's guards, whole, read in pages (for the CLI's reads;
         the operator's guards read each other's identities alone)."""

@@ -81,6 +81,7 @@ async def cycle(g: Guard, body: Mapping[str, Any], *, stopped: Callable[[], bool
         selected = await steps.find_clusters(g, run, spec)
         if stopped():
             return await _end(g, body, decided)
+        decided += await steps.say_missing_clusters(g, run, selected)
         decided += await steps.set_up_clusters(g, run, spec, selected)
         if stopped():
             return await _end(g, body, decided)

@@ -16,6 +16,7 @@ a poll brought in after the cycle began.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -86,6 +87,29 @@ async def find_clusters(g: Guard, run: Run, spec: GuardSpec) -> clusters.Selecte
     older = await g.ctx.roster.older_served(g.namespace, run.body)
     return await clusters.select(g.ctx.kube, namespace=g.namespace, guard=run.body, spec=spec, guards=older,
                                  trust=g.ctx.trust)
+
+
+async def say_missing_clusters(g: Guard, run: Run, selected: clusters.Selected) -> Decided:
+    """A Warning Event when the RayClusters the spec names and the namespace
+    lacks change, with the nearest names it has (issue 61, 6: a misspelled
+    name got no Event and no log line, only a condition)."""
+    missing = sorted(selected.missing)
+    before = g.mem.status.get("clustersNotFound") or []
+    if missing == before:
+        return NOTHING
+    if not missing:
+        return Decided((), {"clustersNotFound": None})
+    try:
+        have = await g.ctx.kube.raycluster_names(g.namespace)
+    except ApiError:
+        have = []
+    parts = []
+    for name in missing:
+        near = difflib.get_close_matches(name, have, n=2, cutoff=0.6)
+        parts.append(f"{name}" + (f" (did you mean {' or '.join(near)}?)" if near else ""))
+    return Decided((say(EventReason.CLUSTER_NOT_FOUND, f"spec.clusterSelector.names: RayCluster(s) not found in "
+                                                       f"namespace {g.namespace}: {'; '.join(parts)}"),),
+                   {"clustersNotFound": missing})
 
 
 async def set_up_clusters(g: Guard, run: Run, spec: GuardSpec, selected: clusters.Selected) -> Decided:
