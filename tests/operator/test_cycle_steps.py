@@ -147,7 +147,8 @@ def test_the_cycle_runs_its_steps_in_order_and_writes_the_status_once_and_at_the
     monkeypatch.setattr(sidecar_client, "poll", poll)
     ran: list[str] = []
     order = ["read_spec", "admit", "find_clusters", "say_missing_clusters", "set_up_clusters", "read_pods",
-             "hold_while_placing", "advance_rotations", "take_evidence", "poll_and_decide", "review_remediations", "summarize"]
+             "hold_while_placing", "advance_rotations", "take_evidence", "poll_and_decide", "review_remediations",
+             "summarize"]
     for name in order:
         real = getattr(steps, name)
 
