@@ -65,9 +65,10 @@ def index_guard(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: An
     return None if found is None else {namespace or "": found}
 
 
-async def inject(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, admitting: kopf.Index[str, Any],
-                 **_: Any) -> None:
+async def inject(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
+    """kopf hands every handler the indices by their ids: ``admitting``."""
     started = time.monotonic()
+    admitting: Any = kwargs.get("admitting") or {}
     ctx = memo.ctx
     pod = dict(body)
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
