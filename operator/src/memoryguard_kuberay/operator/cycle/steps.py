@@ -28,6 +28,7 @@ from memoryguard_kuberay.core.policy.ladder import Move, Rung
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.api import podinfo as pi
 from memoryguard_kuberay.operator.api.errors import ApiError
+from memoryguard_kuberay.operator.api.kube import PageTooLarge
 from memoryguard_kuberay.operator.clock import iso
 from memoryguard_kuberay.operator.cycle import acting, guardroster, judging, laddering
 from memoryguard_kuberay.operator.cycle.guardstate import Cycle, Guard, Run
@@ -101,7 +102,7 @@ async def say_missing_clusters(g: Guard, run: Run, selected: clusters.Selected) 
         return Decided((), {"clustersNotFound": None})
     try:
         have = await g.ctx.kube.raycluster_names(g.namespace)
-    except ApiError:
+    except (ApiError, PageTooLarge):  # the names are a hint: the Event goes without them
         have = []
     parts = []
     for name in missing:
