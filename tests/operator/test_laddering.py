@@ -122,12 +122,13 @@ def test_a_dry_run_writes_nothing_and_says_what_it_would_ask(monkeypatch: pytest
     kube = Kube(RC, _guard({**SPEC, "dryRun": True}))
     loop = _run(kube, [_pod("w-1", "127.0.0.11")], monkeypatch)
     assert kube.annotated == []
-    assert ("event", "PressureStepAsked") in kube.log
+    # A step planned, never "asked" (issue 61, 7: the dry run's Event read as if it had been).
+    assert ("event", "PressureStepPlanned") in kube.log and ("event", "PressureStepAsked") not in kube.log
     assert pods_listed(loop.mem.status)["w-1"]["pressure"]["step"] == "Reclaim"
     # Said once; the dry run ended, the step in effect is written (and not said again).
     kube.log.clear()
     _run(kube, [_pod("w-1", "127.0.0.11")], monkeypatch, loop)
-    assert kube.annotated == [] and ("event", "PressureStepAsked") not in kube.log
+    assert kube.annotated == [] and ("event", "PressureStepPlanned") not in kube.log
     kube.guard = _guard(SPEC, generation=2)
     _run(kube, [_pod("w-1", "127.0.0.11")], monkeypatch, loop)
     [(_, ann)] = kube.annotated

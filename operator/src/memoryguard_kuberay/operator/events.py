@@ -41,6 +41,7 @@ class EventReason(str, enum.Enum):
     # The ladder before a rotation (cycle/laddering.py): a step asked of a
     # pod, its measured effect, and the pressure gone.
     PRESSURE_STEP = "PressureStepAsked"
+    PRESSURE_STEP_PLANNED = "PressureStepPlanned"  # dry run: what would have been asked (issue 61, 7)
     PRESSURE_STEP_JUDGED = "PressureStepJudged"
     PRESSURE_EASED = "PressureEased"
     FORENSICS_KEPT = "ForensicsKept"

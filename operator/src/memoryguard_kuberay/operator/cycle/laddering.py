@@ -142,8 +142,8 @@ def _told(g: Guard, p: pi.PodInfo, move: Move, dry_run: bool) -> Decided:
         says.append(say(EventReason.PRESSURE_STEP_JUDGED, f"{p.name}: {j.message}", about))
     if move.started and move.rung is not Rung.NONE:
         steps.labels(g.namespace, g.name, move.rung.value, "asked").inc()
-        says.append(say(EventReason.PRESSURE_STEP, f"{ahead} {p.name} to {move.rung.value.lower()}: {move.message}",
-                        about))
+        says.append(say(EventReason.PRESSURE_STEP_PLANNED if dry_run else EventReason.PRESSURE_STEP,
+                        f"{ahead} {p.name} to {move.rung.value.lower()}: {move.message}", about))
     elif move.ended:
         says.append(say(EventReason.PRESSURE_EASED, f"{p.name}: {move.message}", about))
     return Decided(tuple(says))
