@@ -6,6 +6,8 @@ pod at the limit's edge is never "Healthy"."""
 from __future__ import annotations
 
 import random
+
+import pytest
 from collections.abc import Callable
 
 from memoryguard_kuberay.core.policy import Action, Reason, RotationHistory, decide, detectors, projection
@@ -141,22 +143,26 @@ def test_a_sudden_leak_is_rotated_half_an_hour_before_its_oom() -> None:
     assert oom_at - result.first_rotation_s >= 1800, (oom_at - result.first_rotation_s) / 60
 
 
-def test_a_climb_that_has_just_fallen_back_is_not_rapid_growth() -> None:
+@pytest.mark.parametrize("back_to, fell_far", [(0.75, True), (0.87, False)])
+def test_a_climb_that_has_just_fallen_back_is_not_rapid_growth(back_to: float, fell_far: bool) -> None:
     # Three flat hours, a steady climb to 80% over 20 minutes, a burst to 97%
-    # for five, then back to 75%: the line through the last half hour is
-    # still steep, but nothing is climbing now.
+    # for five, then back: the line through the last half hour is still
+    # steep, but nothing is climbing now. Back to 75%, far below the line,
+    # the projection itself is no longer sustained (projection.fallen_back,
+    # issue 59, 2); back to 87%, it is, and the climb not going on stops it.
     rnd = random.Random(5)
     out = []
     for t in range(0, 4 * 3600, 15):
         s = t - 3 * 3600
         used = (0.45 if s < 0 else 0.45 + 0.35 * min(s, 1200) / 1200 if s < 1200 else
-                0.97 if s < 1500 else 0.75) * LIMIT
+                0.97 if s < 1500 else back_to) * LIMIT
         out.append(sample(t, used + rnd.gauss(0, 0.003 * LIMIT)))
     settings = PolicySettings()
     fell_back = 3 * 3600 + 1500 + 90
     window = _window_until(out, fell_back, settings)
     fired, p = detectors.rapid_projection(window, settings, fell_back)
-    assert p is not None and p.sustained and p.eta_s is not None and p.eta_s <= settings.rapid_horizon_s, p
+    assert p is not None and p.eta_s is not None and p.eta_s <= settings.rapid_horizon_s, p
+    assert p.sustained is not fell_far and ("fell back" in p.why_not) is fell_far, p
     assert not fired.fired, fired.note
 
 

@@ -41,6 +41,9 @@ class FakeKube:
     async def get_raycluster(self, namespace: str, name: str, budget: Any = None) -> dict[str, Any]:
         return self.rc
 
+    async def raycluster_names(self, namespace: str, *, most: int = 2000) -> list[str]:
+        return [self.rc["metadata"]["name"]]
+
     async def list_guard_identities(self, namespace: str) -> list[dict[str, Any]]:
         return [self.guard]
 
