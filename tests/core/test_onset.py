@@ -6,9 +6,9 @@ pod at the limit's edge is never "Healthy"."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
-from collections.abc import Callable
 
 from memoryguard_kuberay.core.policy import Action, Reason, RotationHistory, decide, detectors, projection
 from memoryguard_kuberay.core.policy.window import PodWindow
