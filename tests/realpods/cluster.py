@@ -42,6 +42,7 @@ CLUSTER_KIT = KIT / "cluster"
 LOCK = Path("/run/lock/memoryguard-realpods.lock")
 UP_TIMEOUT_S = 900  # the first run of a machine builds the Python base (debootstrap)
 CLONE_NEWNET = 0x40000000  # sched.h
+CLUSTER_DNS = "10.96.0.10"  # the kit's default MG_DNS_IP (cluster-up.sh): its dnsmasq, in the namespace
 APISERVER_PORT = 26443  # the kit's default (kubelet-common.sh): inside the run's own namespace, nothing else holds it
 
 
@@ -157,8 +158,8 @@ def start(home: Path, tools: Path, workdir: Path, names: list[str]) -> tuple[Clu
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         built = pool.submit(lambda: {i.name: (i.ref, images.build(i, kubelet_home=home, workdir=workdir))
                                      for i in images.project_images() if i.name in names})
-        out = subprocess.run(["bash", str(CLUSTER_KIT / "cluster-up.sh")], env=env, capture_output=True, text=True,
-                             timeout=UP_TIMEOUT_S)
+        out = subprocess.run(_with_cluster_dns(home, ["bash", str(CLUSTER_KIT / "cluster-up.sh")]), env=env,
+                             capture_output=True, text=True, timeout=UP_TIMEOUT_S)
         cl.up_seconds = time.monotonic() - t0
         if out.returncode != 0:
             built.cancel()
@@ -177,3 +178,25 @@ def start(home: Path, tools: Path, workdir: Path, names: list[str]) -> tuple[Clu
         refs[name] = ref
     cl.images_seconds = time.monotonic() - t0
     return cl, refs
+
+
+def _with_cluster_dns(home: Path, cmd: list[str]) -> list[str]:
+    """``cmd`` in a mount namespace of its own whose /etc/resolv.conf asks
+    the cluster's DNS first, then the host's servers: every process the kit
+    starts keeps it. The kit runs KubeRay as a process, not a pod, with the
+    host's resolver, and KubeRay reaches a RayService's (and a RayJob's)
+    head by its Service's DNS name (the dashboard, for the Serve
+    applications): seen here, "lookup real-svc-...-head-svc.ray-real.svc.
+    cluster.local on 10.255.255.53:53: network is unreachable", and the
+    RayService never left Initializing. In the cluster KubeRay runs as a pod
+    with the cluster's DNS; this gives the kit's KubeRay the same. Outside
+    the namespace (the kit's own package installs) the first server is
+    unreachable and the host's answer; inside it the host's are
+    unreachable, and dnsmasq answers for cluster.local (and refuses the
+    rest, as before). The host's /etc/resolv.conf is untouched."""
+    host = Path("/etc/resolv.conf")
+    lines = host.read_text(errors="replace").splitlines() if host.exists() else []
+    conf = home / "resolv-cluster-first.conf"
+    conf.write_text("\n".join([f"nameserver {CLUSTER_DNS}", *lines]) + "\n")
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(conf), *cmd]
