@@ -82,6 +82,7 @@ def _setns(fd: int) -> None:
 @dataclasses.dataclass
 class Cluster(ControlPlane):
     netns: str = ""
+    made_netns_dir: bool = False  # /run/netns was made here (_with_cluster_dns), and goes with the cluster
     up_seconds: float = 0.0
     images_seconds: float = 0.0
 
@@ -113,6 +114,11 @@ class Cluster(ControlPlane):
         pod stay Pending)."""
         subprocess.run(["bash", str(CLUSTER_KIT / "cluster-down.sh"), *(["--purge"] if purge else [])],
                        env=self.env, capture_output=True, timeout=600)
+        runs = Path("/run/netns")
+        if self.made_netns_dir and runs.is_dir() and not any(runs.iterdir()):  # as cluster-down.sh does for its own
+            subprocess.run(["umount", str(runs)], capture_output=True, timeout=30)
+            with contextlib.suppress(OSError):
+                runs.rmdir()
 
 
 def _python_base(home: Path, env: dict[str, str]) -> None:
@@ -158,7 +164,8 @@ def start(home: Path, tools: Path, workdir: Path, names: list[str]) -> tuple[Clu
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         built = pool.submit(lambda: {i.name: (i.ref, images.build(i, kubelet_home=home, workdir=workdir))
                                      for i in images.project_images() if i.name in names})
-        out = subprocess.run(_with_cluster_dns(home, ["bash", str(CLUSTER_KIT / "cluster-up.sh")]), env=env,
+        cl.made_netns_dir = not Path("/run/netns").exists()
+        out = subprocess.run(_with_cluster_dns(home, netns, ["bash", str(CLUSTER_KIT / "cluster-up.sh")]), env=env,
                              capture_output=True, text=True, timeout=UP_TIMEOUT_S)
         cl.up_seconds = time.monotonic() - t0
         if out.returncode != 0:
@@ -180,7 +187,7 @@ def start(home: Path, tools: Path, workdir: Path, names: list[str]) -> tuple[Clu
     return cl, refs
 
 
-def _with_cluster_dns(home: Path, cmd: list[str]) -> list[str]:
+def _with_cluster_dns(home: Path, netns: str, cmd: list[str]) -> list[str]:
     """``cmd`` in a mount namespace of its own whose /etc/resolv.conf asks
     the cluster's DNS first, then the host's servers: every process the kit
     starts keeps it. The kit runs KubeRay as a process, not a pod, with the
@@ -193,10 +200,15 @@ def _with_cluster_dns(home: Path, cmd: list[str]) -> list[str]:
     the namespace (the kit's own package installs) the first server is
     unreachable and the host's answer; inside it the host's are
     unreachable, and dnsmasq answers for cluster.local (and refuses the
-    rest, as before). The host's /etc/resolv.conf is untouched."""
+    rest, as before). The host's /etc/resolv.conf is untouched. The network
+    namespace is made first, out here: made in there, its bind mount on
+    /run/netns/<name> would be that mount namespace's alone (cluster-up.sh
+    uses one it finds)."""
     host = Path("/etc/resolv.conf")
     lines = host.read_text(errors="replace").splitlines() if host.exists() else []
     conf = home / "resolv-cluster-first.conf"
     conf.write_text("\n".join([f"nameserver {CLUSTER_DNS}", *lines]) + "\n")
+    if not Path(f"/run/netns/{netns}").exists():
+        subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True, timeout=30)
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
             'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(conf), *cmd]
