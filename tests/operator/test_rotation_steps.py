@@ -43,13 +43,17 @@ class Drainer:
         return DrainResult(ok=True, message="drained in 0.4 s")
 
 
-def _pod(name: str, uid: str, *, ready: bool = True, terminating: bool = False) -> pi.PodInfo:
+def _pod(name: str, uid: str, *, ready: bool = True, terminating: bool = False, ray: str = "running") -> pi.PodInfo:
     meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": uid,
                             "labels": {C.LABEL_CLUSTER: "rc", C.LABEL_GROUP: "w"}}
     if terminating:
         meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
-    return pi.pod_info({"metadata": meta, "status": {"phase": "Running", "podIP": "127.0.0.5", "conditions": [
-        {"type": "Ready", "status": "True" if ready else "False"}]}})
+    state = {"running": {"startedAt": "2026-12-01T00:00:00Z"}} if ray == "running" else {"waiting": {}}
+    return pi.pod_info({"metadata": meta, "spec": {"containers": [{"name": "ray-worker"}]},
+                        "status": {"phase": "Running", "podIP": "127.0.0.5", "conditions": [
+                            {"type": "Ready", "status": "True" if ready else "False"}],
+                            "containerStatuses": [{"name": "ray-worker", "started": ray == "running",
+                                                   "state": state}]}})
 
 
 OLD = _pod("w-1", "u1")
@@ -105,6 +109,21 @@ ROWS = [
     ("replacing: none in time", _rot(Phase.REPLACING, evicted_at=NOW - 4000, gone_at=NOW - 700, peers=("u1",)), [],
      None, Phase.REPLACING, OutcomeKind.FAILED, [], []),
 ]
+
+
+@pytest.mark.parametrize("serving, pod, kind", [
+    (False, _pod("w-2", "u2", ready=False), OutcomeKind.GOING_ON),  # a RayCluster's worker: Ready, as before
+    # A RayService's: Ready only once Serve places a replica on it (KubeRay's
+    # probe asks its own Serve proxy), so running Ray is a replacement.
+    (True, _pod("w-2", "u2", ready=False), OutcomeKind.ROTATED),
+    (True, _pod("w-2", "u2", ready=False, ray="waiting"), OutcomeKind.GOING_ON),
+])
+def test_a_rayservices_replacement_counts_once_ray_runs(serving: bool, pod: pi.PodInfo, kind: OutcomeKind) -> None:
+    rot = _rot(Phase.REPLACING, evicted_at=NOW - 30, peers=("u1",))
+    out = asyncio.run(rotation.advance(rot, kube=Api(None), drainer=Drainer(), pods=[pod],  # type: ignore[arg-type]
+                                       gcs_address="127.0.0.5:6379", drain_timeout_s=60, replacement_timeout_s=600,
+                                       eviction_timeout_s=600, now=NOW, serving=serving))
+    assert out.kind is kind, out.message
 
 
 @pytest.mark.parametrize("name,rot,pods,answer,phase,kind,calls,events", ROWS, ids=[r[0] for r in ROWS])

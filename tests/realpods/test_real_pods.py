@@ -527,14 +527,24 @@ def _oom_kills(pod: dict[str, Any], container: str) -> int | None:
     return None
 
 
-def _first_ready_after(w: World, group: str, since: float, besides: set[str]) -> tuple[str, float] | None:
-    """The first pod of ``group`` not in ``besides`` seen Ready after ``since`` (the recorder's time)."""
+def _ray_running(p: dict[str, Any]) -> bool:
+    """Its Ray container (the first) started and running, Ready or not: a
+    RayService's worker is Ready only once Serve places a replica on it."""
+    s = p.get("status") or {}
+    ray = next((c for c in s.get("containerStatuses") or [] if c["name"] == "ray-worker"), {})
+    return s.get("phase") == "Running" and ray.get("started") is True and "running" in (ray.get("state") or {})
+
+
+def _first_ready_after(w: World, group: str, since: float, besides: set[str],
+                       ready: Callable[[dict[str, Any]], bool] = _ready) -> tuple[str, float] | None:
+    """The first pod of ``group`` not in ``besides`` seen Ready (``ready``)
+    after ``since`` (the recorder's time)."""
     seen = []
     for name, history in w.recorder.history.items():
         pod = w.recorder.seen[name]
         if name in besides or pod["metadata"]["labels"].get("ray.io/group") != group:
             continue
-        at = next((t for t, s in history if t >= since and _ready({"status": s})), None)
+        at = next((t for t, s in history if t >= since and ready({"status": s})), None)
         if at is not None:
             seen.append((at, name))
     return (min(seen)[1], min(seen)[0]) if seen else None
@@ -788,8 +798,9 @@ def test_a_rayservice_is_guarded_end_to_end(world: World) -> None:
                "the operator's first cycle of served-guard")
     t0 = time.monotonic()
     w.api.ok("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayservices", _rayservice(images.project_ref("ray")))
-    worker = w.wait_for(lambda: [p for p in w.running("served") if _has_sidecar(p["spec"])], 420,
-                        "the RayService's worker Ready with the sidecar")[0]
+    # Running Ray (Ready too where Serve put its replica there: not ours to choose).
+    worker = w.wait_for(lambda: [p for p in w.pods("served") if _ray_running(p) and _has_sidecar(p["spec"])], 420,
+                        "the RayService's worker running with the sidecar")[0]
     cluster = worker["metadata"]["labels"][C.LABEL_CLUSTER]
     w.facts["rayservice_worker_ready_s"] = time.monotonic() - t0
     rc = w.api.ok("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/{cluster}")
@@ -803,8 +814,9 @@ def test_a_rayservice_is_guarded_end_to_end(world: World) -> None:
                "served-guard: its worker reporting")
     served = w.wait_for(lambda: ((w.api.ok("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayservices/real-svc")
                                   .get("status") or {}).get("conditions")), 120, "the RayService's conditions")
-    print(f"real pods: RayService real-svc's cluster {cluster}: worker {worker['metadata']['name']} Ready with the "
-          f"sidecar {w.facts['rayservice_worker_ready_s']:.0f} s after the RayService was created; its conditions: "
+    print(f"real pods: RayService real-svc's cluster {cluster}: worker {worker['metadata']['name']} with the "
+          f"sidecar, running Ray {w.facts['rayservice_worker_ready_s']:.0f} s after the RayService was created; its "
+          "conditions: "
           + "; ".join(f"{c['type']}={c['status']} {c.get('reason', '')}" for c in served))
     name = worker["metadata"]["name"]
     log = w.workdir / "served-driver.log"
@@ -820,10 +832,16 @@ def test_a_rayservice_is_guarded_end_to_end(world: World) -> None:
         stop(driver, timeout=10)
     print(f"real pods: the RayService's worker {name} evicted {evicted_at - started:.0f} s after its leak began: "
           f"{evicted[0]['message']}")
-    replacement = w.wait_for(lambda: _first_ready_after(w, "served", evicted_at, before), 300,
-                             "KubeRay's replacement of the RayService's worker Ready")
+    # Running Ray, not Ready: the evicted worker's Serve replica moves to
+    # another node, and KubeRay's probe of a RayService's worker asks its own
+    # Serve proxy, which Serve starts only where a replica is (docs/facts.md).
+    replacement = w.wait_for(lambda: _first_ready_after(w, "served", evicted_at, before, _ray_running), 300,
+                             "KubeRay's replacement of the RayService's worker running Ray")
     pod = w.recorder.seen[replacement[0]]
     assert _has_sidecar(pod["spec"]), f"{replacement[0]} came without the sidecar"
+    rotated = w.wait_for(lambda: [e for e in w.events("WorkerRotated") if name in e["message"]], 120,
+                         f"the rotation of {name} completed")
+    print(f"real pods: {rotated[0]['message']}")
     w.facts["rayservice_leak_to_eviction_s"] = evicted_at - started
     w.facts["rayservice_eviction_to_replacement_ready_s"] = replacement[1] - evicted_at
     print(f"real pods: the replacement {replacement[0]} Ready with the sidecar {replacement[1] - evicted_at:.0f} s "
@@ -878,15 +896,15 @@ def test_with_the_operator_stopped_kubectl_and_top_say_nobody_guards(world: Worl
 
     # A pod created now (KubeRay's replacement of a deleted worker) meets no
     # webhook: it is created all the same (failurePolicy Ignore), without the sidecar.
-    served = w.running("served")
-    assert served, "the RayService's worker is not Running"
+    served = [p for p in w.pods("served") if _ray_running(p)]
+    assert served, "the RayService's worker is not running"
     before = set(w.recorder.seen)
     deleted_at = time.time()
     w.api.ok("DELETE", f"/api/v1/namespaces/{NS}/pods/{served[0]['metadata']['name']}")
-    bare = w.wait_for(lambda: _first_ready_after(w, "served", deleted_at, before), 300,
-                      "KubeRay's replacement Ready with the operator stopped")
+    bare = w.wait_for(lambda: _first_ready_after(w, "served", deleted_at, before, _ray_running), 300,
+                      "KubeRay's replacement running Ray with the operator stopped")
     assert not _has_sidecar(w.recorder.seen[bare[0]]["spec"]), "a pod got the sidecar with the operator stopped"
-    print(f"real pods: with the operator stopped, KubeRay's replacement {bare[0]} Ready without the sidecar "
+    print(f"real pods: with the operator stopped, KubeRay's replacement {bare[0]} running without the sidecar "
           f"{bare[1] - deleted_at:.0f} s after the delete")
     text = w.wait_for(top, limit + 90, f"top saying nobody guards served-guard (within {limit:.0f} s of its last "
                       "cycle)")

@@ -76,6 +76,10 @@ class PodInfo:
     # ray.io/worker-group-replica-name, numOfHosts > 1); "" for a pod that
     # is its own replica. The hosts of one replica go together.
     replica: str = ""
+    # The Ray container (the first) started and running, whether or not the
+    # pod is Ready: a RayService's worker is Ready only once a Serve proxy
+    # runs on it, which Serve starts only where a replica is (docs/facts.md).
+    ray_started: bool = False
 
     @property
     def rotation_phase(self) -> str | None:
@@ -128,8 +132,20 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
                      if isinstance(v := ann.get(k), str)} or NOTHING,
         injected_sidecar=any(_obj(c).get("name") == SIDECAR_NAME for c in _containers(pod)),
         replica=_shared(str(labels.get(LABEL_REPLICA_NAME, ""))[:MAX_LABEL]),
+        ray_started=_ray_started(pod, status),
         **_ray_container(pod),
     )
+
+
+def _ray_started(pod: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    containers = _obj(pod.get("spec")).get("containers")
+    name = _obj(containers[0]).get("name") if isinstance(containers, list) and containers else None
+    statuses = status.get("containerStatuses")
+    for cs in statuses if isinstance(statuses, list) else []:
+        cs = _obj(cs)
+        if cs.get("name") == name:
+            return cs.get("started") is True and bool(_obj(cs.get("state")).get("running"))
+    return False
 
 
 def _ray_container(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from memoryguard_kuberay.operator.cycle.judging import Judged
 from memoryguard_kuberay.operator.decided import NOTHING, Decided, Say, pod_ref, say
 from memoryguard_kuberay.operator.events import EventReason
 from memoryguard_kuberay.operator.guardspec import GuardSpec, Mode, SpecError, read_guard_spec
-from memoryguard_kuberay.operator.rayclusters import clusters, remediation
+from memoryguard_kuberay.operator.rayclusters import clusters, kuberayrules, remediation
 from memoryguard_kuberay.operator.rayclusters.groups import Groups
 from memoryguard_kuberay.operator.rotations import rotation
 from memoryguard_kuberay.operator.rotations.ledger import OutcomeKind, Phase
@@ -162,7 +162,8 @@ async def advance_rotations(g: Guard, found: Cycle) -> Decided:
                 rot, kube=g.ctx.kube, drainer=g.ctx.drainer, pods=found.pods,
                 gcs_address=found.gcs_address(rot.cluster), drain_timeout_s=spec.policy.drain_timeout_s,
                 replacement_timeout_s=spec.replacement_timeout_s, eviction_timeout_s=spec.eviction_timeout_s,
-                now=g.ctx.clock.now())
+                now=g.ctx.clock.now(),
+                serving=kuberayrules.rayservice_owner(found.by_name.get(rot.cluster) or {}) is not None)
         except ApiError as e:
             # The step is repeated next cycle (each is idempotent); the other rotations go on.
             log.warning("%s/%s: rotation of %s stays %s for now: %s", g.namespace, g.name, rot.pod, rot.phase, e)

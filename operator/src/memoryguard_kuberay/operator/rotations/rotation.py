@@ -82,9 +82,14 @@ async def _evict_hosts(kube: Kube, hosts: Sequence[pi.PodInfo]) -> str:
 
 async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence[pi.PodInfo], gcs_address: str | None,
                   drain_timeout_s: float, replacement_timeout_s: float, eviction_timeout_s: float,
-                  now: float) -> Outcome:
+                  now: float, serving: bool = False) -> Outcome:
     """Do the next step of one rotation; safe to call again after any crash.
-    Returns what it did, its Events included (``Outcome.says``)."""
+    Returns what it did, its Events included (``Outcome.says``).
+    ``serving``: the pod's RayCluster is a RayService's, whose new worker is
+    Ready only once Serve places a replica (and so a proxy) on it: its
+    replacement counts once its Ray container runs (seen on KubeRay v1.7.0
+    with Ray 2.60: the evicted worker's replica moved to the head, and the
+    replacement stayed NotReady for ever)."""
     pod = next((p for p in pods if p.uid == rot.uid), None)
     about = pod_ref(rot.pod, rot.uid)
 
@@ -159,9 +164,12 @@ async def advance(rot: InFlight, *, kube: Kube, drainer: Drainer, pods: Sequence
     # Ray's waits out 30 s), then a new pod of the group ready.
     evicted = rot.evicted_at if rot.evicted_at is not None else rot.requested_at
     replacement = [p for p in pods if p.cluster == rot.cluster and p.group == rot.group and p.uid != rot.uid
-                   and p.uid not in rot.peers and p.ready and p.phase == "Running" and not p.terminating]
+                   and p.uid not in rot.peers and (p.ready or (serving and p.ray_started)) and p.phase == "Running"
+                   and not p.terminating]
     if replacement:
-        return Outcome(OutcomeKind.ROTATED, f"{rot.pod} rotated ({rot.reason}); {replacement[0].name} is ready")
+        how = "is ready" if replacement[0].ready else ("runs Ray (a RayService's worker is Ready only once Serve "
+                                                        "places a replica on it)")
+        return Outcome(OutcomeKind.ROTATED, f"{rot.pod} rotated ({rot.reason}); {replacement[0].name} {how}")
     if pod is not None:
         if now - evicted > replacement_timeout_s:
             return Outcome(OutcomeKind.FAILED, f"{rot.pod} was evicted but is still there (Terminating) after "
