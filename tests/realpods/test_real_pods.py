@@ -836,11 +836,20 @@ def test_a_rayservice_is_guarded_end_to_end(world: World) -> None:
     try:
         w.wait_for(lambda: b"held guarded" in log.read_bytes(), 180, f"the actor leaking on {name} ({log})")
         started = time.time()
-        evicted = w.wait_for(lambda: [e for e in w.events("WorkerEvicted") if name in e["message"]], 900,
-                             f"the RayService's worker {name} evicted")
+        oom: list[int] = []
+
+        def evicted() -> list[dict[str, Any]]:
+            doc = _samples(worker)
+            if doc:
+                oom.extend(x["oom_kill"] for x in doc["samples"][-3:] if x["oom_kill"] is not None)
+            return [e for e in w.events("WorkerEvicted") if name in e["message"]]
+
+        evicted = w.wait_for(evicted, 900, f"the RayService's worker {name} evicted")
         evicted_at = time.time()
     finally:
         stop(driver, timeout=10)
+    # Never OOM-killed before it went: its cgroup's counter, as its sidecar read it.
+    assert oom and max(oom) == 0, f"the kernel OOM-killed in the RayService's worker before its rotation: {oom}"
     print(f"real pods: the RayService's worker {name} evicted {evicted_at - started:.0f} s after its leak began: "
           f"{evicted[0]['message']}")
     # Running Ray, not Ready: the evicted worker's Serve replica moves to
