@@ -93,7 +93,14 @@ LEAKER = textwrap.dedent("""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     rate, until = float(sys.argv[1]), time.time() + float(sys.argv[2])
     ips = dict(zip(("guarded", "control"), sys.argv[3:5]))  # each worker's pod IP: its Ray node's address
-    node = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    # Each worker's Ray node, once its raylet has joined (a pod running Ray
+    # may not have yet: a RayService's worker is not waited Ready for).
+    deadline = time.time() + 180
+    while True:
+        node = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        if all(ip in node for ip in ips.values()) or time.time() > deadline:
+            break
+        time.sleep(2)
 
     @ray.remote(num_cpus=0, max_restarts=0)
     class Leaker:
