@@ -218,7 +218,8 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
         # Not a fault of the guard's (nothing to repair), but never "all
         # report" while some do not (issue 61, 2: both pods Pending read so).
         degraded = (False, "AsExpected", f"the running guarded pods report samples; {len(waiting)} not asked (not "
-                                         f"running yet, or made before the sidecar): {', '.join(waiting[:10])}")
+                                         f"running yet, or running without the sidecar: each pod's error says which): "
+                                         f"{', '.join(waiting[:10])}")
     elif not pods:
         degraded = (False, "AsExpected", "the selected RayClusters have no pods to guard yet")
     else:
@@ -258,7 +259,7 @@ def build(*, generation: int | None, clusters: Sequence[str], pods: Sequence[Pod
                       "SidecarUnreachable" if unreachable else "NoMemorySource" if blind else
                       "NotReporting" if waiting else "AllReporting" if pods else "NoPods",
                       f"{len(pods) - len(unreachable) - len(blind) - len(waiting)} of {len(pods)} guarded pod(s) "
-                      f"report memory" + (f"; {len(waiting)} not asked (not running yet, or made before the "
+                      f"report memory" + (f"; {len(waiting)} not asked (not running yet, or running without the "
                                           f"sidecar): {', '.join(waiting[:10])}" if waiting else ""),
                       now_iso, prev_conds),
             _templates_condition(held or {}, now_iso, prev_conds),
