@@ -876,6 +876,43 @@ def test_a_rayservice_is_guarded_end_to_end(world: World) -> None:
     w.facts["served_cluster"] = cluster
 
 
+def test_a_rayjobs_workers_are_guarded_from_their_first(world: World) -> None:
+    """Issue 64: a RayJob's RayCluster is made with its pods at once, so no
+    template patch could reach its first workers. At admission they get the
+    sidecar and report; the job's submitter (a Job's pod, no Ray node) gets
+    none."""
+    w = world
+    guard = _guard(images.project_ref("sidecar"))
+    guard["metadata"]["name"] = "job-guard"
+    guard["spec"]["clusterSelector"] = {"matchLabels": {SERVICE_LABEL: "real-job"}}
+    guard["spec"]["workerGroups"] = ["batch"]
+    w.api.ok("POST", GUARDS, guard)
+    w.wait_for(lambda: (w.api.ok("GET", f"{GUARDS}/job-guard").get("status") or {}).get("lastCycleTime"), 120,
+               "the operator's first cycle of job-guard")
+    cluster = _raycluster(images.project_ref("ray"))["spec"]
+    cluster["workerGroupSpecs"] = [{**cluster["workerGroupSpecs"][0], "groupName": "batch", "replicas": 1,
+                                    "maxReplicas": 1}]
+    t0 = time.monotonic()
+    w.api.ok("POST", f"/apis/ray.io/v1/namespaces/{NS}/rayjobs", {
+        "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "real-job", "namespace": NS},
+        "spec": {"entrypoint": "python -c 'import time; time.sleep(900)'", "shutdownAfterJobFinishes": False,
+                 "rayClusterSpec": cluster}})
+    worker = w.wait_for(lambda: [p for p in w.pods("batch") if _ray_running(p)], 420,
+                        "the RayJob's worker running Ray")[0]
+    assert _has_sidecar(worker["spec"]), f"{worker['metadata']['name']}: the RayJob's first worker has no sidecar"
+    w.wait_for(lambda: "AllReporting" in json.dumps(w.api.ok("GET", f"{GUARDS}/job-guard").get("status")), 240,
+               "job-guard: the RayJob's worker reporting")
+    took = time.monotonic() - t0
+    submitters = [p for p in w.recorder.pods() if "job-name" in (p["metadata"].get("labels") or {})
+                  or "batch.kubernetes.io/job-name" in (p["metadata"].get("labels") or {})]
+    assert not any(_has_sidecar(p["spec"]) for p in submitters), "the job's submitter got the sidecar"
+    status = (w.api.ok("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayjobs/real-job").get("status") or {})
+    print(f"real pods: RayJob real-job's first worker {worker['metadata']['name']} with the sidecar, reporting to "
+          f"job-guard {took:.0f} s after the RayJob was created (job {status.get('jobStatus')}, deployment "
+          f"{status.get('jobDeploymentStatus')}; {len(submitters)} submitter pod(s), none with the sidecar)")
+    w.api.call("DELETE", f"/apis/ray.io/v1/namespaces/{NS}/rayjobs/real-job")
+    w.api.call("DELETE", f"{GUARDS}/job-guard")
+
 def test_no_ray_pod_was_made_not_ready_by_the_sidecar(world: World) -> None:
     """The injected sidecar has a liveness probe and no readiness probe: its
     health never decides whether a Ray pod serves, and it never restarted.
