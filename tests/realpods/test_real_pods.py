@@ -903,8 +903,10 @@ def test_a_rayjobs_workers_are_guarded_from_their_first(world: World) -> None:
     w.wait_for(lambda: "AllReporting" in json.dumps(w.api.ok("GET", f"{GUARDS}/job-guard").get("status")), 240,
                "job-guard: the RayJob's worker reporting")
     took = time.monotonic() - t0
-    submitters = [p for p in w.recorder.pods() if "job-name" in (p["metadata"].get("labels") or {})
-                  or "batch.kubernetes.io/job-name" in (p["metadata"].get("labels") or {})]
+    # The submitter: KubeRay makes it (a Job) once the cluster is up; a Job's pod, no Ray node.
+    submitters = w.wait_for(lambda: [p for p in w.recorder.pods() if (p["metadata"].get("labels") or {}).get(
+        "batch.kubernetes.io/job-name", (p["metadata"].get("labels") or {}).get("job-name")) == "real-job"], 300,
+                            "the RayJob's submitter pod")
     assert not any(_has_sidecar(p["spec"]) for p in submitters), "the job's submitter got the sidecar"
     status = (w.api.ok("GET", f"/apis/ray.io/v1/namespaces/{NS}/rayjobs/real-job").get("status") or {})
     print(f"real pods: RayJob real-job's first worker {worker['metadata']['name']} with the sidecar, reporting to "
