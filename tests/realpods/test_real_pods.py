@@ -29,8 +29,8 @@ by a resource of their own. Then the ladder's cases a reclaim brings back
 (issue 41), each in a guarded worker of its own, at once. The sidecar
 reaches every pod at admission (the chart's webhook, issue 64), never
 through a KubeRay spec; last, a RayService guarded end to end (its worker
-leaking, rotated, replaced with the sidecar) and a pod created with the
-operator stopped. The tests run in file order on one cluster.
+leaking, rotated, replaced with the sidecar), a RayJob's first workers
+guarded, and a pod created with the operator stopped. The tests run in file order on one cluster.
 """
 
 from __future__ import annotations
