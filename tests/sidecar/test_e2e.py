@@ -18,7 +18,9 @@ FIELDS = {"time", "memory_current", "memory_max", "anon", "file", "inactive_file
           "plasma_used", "plasma_capacity", "plasma_spilled", "psi_some_avg10", "psi_full_avg10", "oom_kill",
           # cgroup v2's memory.high and memory.events high/max (issue 40), the
           # node's available memory for a container with no limit (issue 39)
-          "memory_high", "events_high", "events_max", "node_available"}
+          "memory_high", "events_high", "events_max", "node_available",
+          # cgroup v2's memory.stat: the kernel's unreclaimable part (issue 59, 1)
+          "slab_unreclaimable", "sock", "kernel_stack", "pagetables", "percpu"}
 
 
 def test_serves_samples_and_metrics_from_a_cgroup(fixtures: Path) -> None:
@@ -31,6 +33,7 @@ def test_serves_samples_and_metrics_from_a_cgroup(fixtures: Path) -> None:
         assert set(s) == FIELDS
         assert s["memory_current"] == 27380736000 and s["working_set"] == 27380736000 - 1610612736
         assert s["plasma_used"] is None and s["oom_kill"] == 1 and s["psi_full_avg10"] == 1.25
+        assert (s["slab_unreclaimable"], s["sock"], s["pagetables"]) == (10485760, 0, 52428800)
         since = doc["samples"][-2]["time"]
         newer = get_json(f"{url}/v1/samples?since={since}")["samples"]
         assert newer and all(x["time"] > since for x in newer)
