@@ -152,3 +152,21 @@ def test_a_drain_accepted_is_remembered_for_the_eviction_and_across_a_restart(dr
     assert rot.drained is drained
     back = InFlight.from_status(rot.to_status())
     assert back is not None and back.drained is drained
+
+
+def test_a_rayservices_worker_running_ray_counts_in_its_group() -> None:
+    """A RayService's worker is Ready only where Serve put a replica; seen on
+    the whole cluster: the one worker of a group, leaking, NotReady for that,
+    had its rotation deferred ("the group is short of 1 ready pod") until
+    the kernel's kill. It counts once its Ray container runs."""
+    from memoryguard_kuberay.operator.rayclusters.groups import Groups
+
+    rc = {"metadata": {"name": "rc", "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayService",
+                                                          "name": "svc", "uid": "s", "controller": True}]},
+          "spec": {"workerGroupSpecs": [{"groupName": "w", "replicas": 1}]}}
+    plain = {**rc, "metadata": {"name": "rc"}}
+    worker = _pod("w-1", "u1", ready=False)
+    assert Groups.of([rc], [worker]).short("rc", "w", rotating=0, inflight=()) == 0
+    assert Groups.of([plain], [worker]).short("rc", "w", rotating=0, inflight=()) == 1
+    assert Groups.of([rc], [_pod("w-1", "u1", ready=False, ray="waiting")]).short(
+        "rc", "w", rotating=0, inflight=()) == 1

@@ -48,9 +48,18 @@ class Groups:
 
     @classmethod
     def of(cls, clusters: Iterable[Mapping[str, Any]], pods: Iterable[pi.PodInfo]) -> Groups:
+        """A pod is available when Ready; in a RayService's cluster, when its
+        Ray container runs: a RayService's worker is Ready only where Serve
+        has put a replica (docs/facts.md), and counting the others as
+        missing held a leaking worker's rotation back ("the group is short
+        of 1 ready pod") until the kernel's kill."""
+        clusters = list(clusters)
+        serving = {str((c.get("metadata") or {}).get("name", "")) for c in clusters
+                   if kuberayrules.rayservice_owner(c) is not None}
         available: dict[GroupKey, list[str]] = {}
         for q in pods:
-            if q.ready and q.phase == "Running" and not q.terminating and not q.rotation_phase:
+            up = q.ready or (q.cluster in serving and q.ray_started)
+            if up and q.phase == "Running" and not q.terminating and not q.rotation_phase:
                 available.setdefault((q.cluster, q.group), []).append(q.uid)
         desired = {key: n for c in clusters for key, n in desired_replicas(c).items()}
         return cls(desired, {k: tuple(v) for k, v in available.items()})
