@@ -75,6 +75,10 @@ RAY_GROUP, RAY_VERSION, RAYCLUSTERS = "ray.io", "v1", "rayclusters"
 # The hard eviction threshold (memory.available<100Mi): a pod with no memory
 # limit is evicted, or the node's OOM killer acts, about there.
 KUBELET_EVICTION_MEMORY_AVAILABLE_BYTES = 100 * 1024 * 1024
+# Ray's object_spilling_threshold, its default: past this share of the
+# object store Ray spills the objects it can to disk (window.py judges a
+# stalled spilling by it; tracegen.py spills by it).
+RAY_SPILL_THRESHOLD = 0.8
 
 # -- the sidecar -------------------------------------------------------------
 SIDECAR_NAME = "memoryguard-sidecar"  # the injected container

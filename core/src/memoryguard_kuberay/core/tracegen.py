@@ -18,7 +18,7 @@ import math
 import random
 from collections.abc import Iterator
 
-from memoryguard_kuberay.core.constants import KUBELET_EVICTION_MEMORY_AVAILABLE_BYTES
+from memoryguard_kuberay.core.constants import KUBELET_EVICTION_MEMORY_AVAILABLE_BYTES, RAY_SPILL_THRESHOLD
 from memoryguard_kuberay.core.samples import Sample
 
 GIB = 1024**3
@@ -254,7 +254,7 @@ def generate(shape: Shape) -> Iterator[Sample]:
             stalled = bool(shape.spill_stall_at_s) and t >= shape.spill_stall_at_s
             if stalled:
                 store_frac += shape.stall_fill_per_h * (t - shape.spill_stall_at_s) / 3600.0
-            if store_frac >= 0.8 and not stalled:  # Ray's object_spilling_threshold
+            if store_frac >= RAY_SPILL_THRESHOLD and not stalled:
                 # Spilled objects come and go as the pipeline consumes them.
                 spilled = max(0.0, spilled + extra.gauss(0.6, 1.0) * shape.spill_gib_per_h * GIB
                               * shape.interval_s / 3600.0)

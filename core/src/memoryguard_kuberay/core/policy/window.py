@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from memoryguard_kuberay.core.constants import KUBELET_EVICTION_MEMORY_AVAILABLE_BYTES
+from memoryguard_kuberay.core.constants import KUBELET_EVICTION_MEMORY_AVAILABLE_BYTES, RAY_SPILL_THRESHOLD
 from memoryguard_kuberay.core.policy.trend import (
     Line,
     concave_top,
@@ -282,10 +282,9 @@ class Series:
                         top=concave_top(ts[s0:], ys[s0:]))
 
 
-# Ray's object_spilling_threshold (its default: 0.8 of the store): above it
-# Ray spills the objects it can; and how far the store must climb past the
-# last spill, nothing more on disk, for spilling to count as stopped.
-RAY_SPILL_THRESHOLD = 0.8
+# How far the store must climb past the last spill, above Ray's spilling
+# threshold (constants.RAY_SPILL_THRESHOLD), nothing more on disk, for
+# spilling to count as stopped.
 STALL_RISE = 0.03
 
 
