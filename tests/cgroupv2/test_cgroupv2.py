@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -293,6 +294,30 @@ def event_time(rec: dict[str, Any], what: str) -> float | None:
     return next((t for e, t in rec["events"] if e == what), None)
 
 
+def until_the_kill(rec: dict[str, Any]) -> tuple[list[Sample], float]:
+    """The samples the operator's own parser reads from every answer, up to
+    the kernel's OOM kill, and the kill's instant. The kill is the earlier of
+    the probe seeing the process gone and the first sample whose
+    ``memory.events`` oom_kill rose: on a slow host the probe's loop lags the
+    sidecar, which may already have served the emptied cgroup (a CI run read
+    ``memory.current`` 80 KiB "before" the kill that way)."""
+    stopped = event_time(rec, "ray stopped")
+    assert stopped is not None, f"the process was never seen to stop; events {rec['events']}"
+    events = (rec.get("at_kill") or {}).get("memory.events", "")
+    kills = re.search(r"^oom_kill (\d+)$", events, re.MULTILINE)
+    assert kills and int(kills.group(1)) > 0, (
+        f"the process stopped, but not by the kernel's OOM killer: memory.events {events!r}, "
+        f"dmesg {rec.get('dmesg_oom')}, its log {rec.get('ray_log', '')[-400:]!r}")
+    samples: list[Sample] = []
+    for a in answers(rec):
+        poll = sidecar_client.parse(a["body"].encode(), latency_s=0.0, now_s=a["at"])
+        samples.extend(s for s in poll.samples if s.time_s < stopped and (not samples or s.time_s > samples[-1].time_s))
+    base = next((s.oom_kill_count for s in samples if s.oom_kill_count is not None), 0)
+    seen = next((s.time_s for s in samples if (s.oom_kill_count or 0) > base), None)
+    killed = stopped if seen is None else min(stopped, seen)
+    return [s for s in samples if s.time_s < killed], killed
+
+
 # -- cgroup v2 ---------------------------------------------------------------
 
 def test_v2_every_served_field_is_what_the_files_said(v2: Run) -> None:
@@ -326,14 +351,7 @@ def test_v2_the_oom_kill_is_seen_once_and_the_restarted_container_found(v2: Run)
 
 
 def test_v2_the_policy_rotates_the_leak_before_the_kernel_kills_it(v2: Run) -> None:
-    rec = v2.record("leak-max")
-    killed = event_time(rec, "ray stopped")
-    assert killed is not None
-    samples: list[Sample] = []
-    for a in answers(rec):
-        # The operator's own parser, as its poller reads each answer.
-        poll = sidecar_client.parse(a["body"].encode(), latency_s=0.0, now_s=a["at"])
-        samples.extend(s for s in poll.samples if s.time_s < killed and (not samples or s.time_s > samples[-1].time_s))
+    samples, killed = until_the_kill(v2.record("leak-max"))
     result = replay("leak-max", samples, load_guard_settings(str(TEST_PROFILE)))
     first = result.first_rotation_s
     reasons = sorted({td.decision.reason.value for td in result.decisions})
@@ -347,13 +365,7 @@ def test_v2_a_leak_of_the_kernels_memory_is_rotated_before_the_kernel_kills_it(v
     """Issue 59, 1: socket buffers of connections nobody reads fill the
     cgroup while anon stays flat; the sidecar serves them (``sock``), the
     policy counts them in "in use" and rotates the pod before the kill."""
-    rec = v2.record("leak-sock")
-    killed = event_time(rec, "ray stopped")
-    assert killed is not None, f"the kernel never killed the socket leak; events {rec['events']}"
-    samples: list[Sample] = []
-    for a in answers(rec):
-        poll = sidecar_client.parse(a["body"].encode(), latency_s=0.0, now_s=a["at"])
-        samples.extend(s for s in poll.samples if s.time_s < killed and (not samples or s.time_s > samples[-1].time_s))
+    samples, killed = until_the_kill(v2.record("leak-sock"))
     known = [s for s in samples if s.sock_bytes is not None and s.anon_bytes is not None]
     first, last = known[0], known[-1]
     print(f"socket leak: sock {first.sock_bytes / MIB:.0f} -> {last.sock_bytes / MIB:.0f} MiB, anon "

@@ -298,3 +298,42 @@ def test_the_onset_climb_starts_where_the_climb_did() -> None:
     teeth = [sample(t, 0.45 * LIMIT + saw(t) + 0.3 * rate * t + rnd.gauss(0, 0.002 * LIMIT))
              for t in range(0, 2100, 15)]
     assert projection.onset_climb(_window_until(teeth, teeth[-1].time_s, settings).rapid, fall=fall) is None
+
+
+def test_a_new_climb_watched_before_it_is_acted_on_is_shown_with_its_time_left() -> None:
+    """Issue 58, 3: a new climb is acted on one tail after it is first
+    projected (ONSET_TAIL); while it is watched, its time left is in the
+    evidence (``watched_oom_s``, what the status and the metrics show), so an
+    alert on it leads the rotation, and the decision is not changed by it."""
+    rate = 0.54 * LIMIT / (3 * 3600)
+    samples = flat_then(flat_h=6, growth=lambda s: rate * s, end_h=12)
+    settings = PolicySettings()
+    window = PodWindow(settings)
+    watched: list[tuple[float, float]] = []
+    rotated = None
+    for s in samples:
+        window.add(s)
+        d = decide(settings=settings, window=window, history=RotationHistory(), now_s=s.time_s)[0]
+        if d.action is Action.ROTATE:
+            rotated = s.time_s
+            break
+        ev = d.evidence
+        if ev.watched_oom_s is not None and ev.projected_oom_s is None:
+            assert d.reason is Reason.HEALTHY and "a new climb" in d.message and "watched" in d.message, d.message
+            assert ev.oom_outlook_s == ev.watched_oom_s and "watched_oom_s" in ev.to_dict()
+            watched.append((s.time_s, ev.watched_oom_s))
+    assert rotated is not None and watched, "the climb was never shown while watched"
+    first_at, first_eta = watched[0]
+    print(f"watched from {(first_at - 6 * 3600) / 60:.0f} min into the climb ({first_eta / 60:.0f} min left at its "
+          f"pace), rotated at {(rotated - 6 * 3600) / 60:.0f} min: shown {(rotated - first_at) / 60:.0f} min ahead")
+    assert first_at < rotated - 10 * 60
+    # Its time left is the climb's: from the onset to the OOM point, about 3 h.
+    assert abs(first_at + first_eta - samples[-1].time_s) < 0.25 * 3 * 3600
+
+
+def test_a_watched_climb_that_falls_back_is_no_longer_shown() -> None:
+    p = projection.Projection(slope_per_s=1.0, level=0.6 * LIMIT, eta_s=600.0, sustained=False,
+                              why_not="a new climb", watching=True)
+    assert projection.fallen_back(p, 0.59 * LIMIT, LIMIT) is p
+    gone = projection.fallen_back(p, 0.4 * LIMIT, LIMIT)
+    assert gone is not None and not gone.watching and not gone.sustained and "fell back" in gone.why_not

@@ -131,3 +131,24 @@ def test_a_pod_with_no_limit_says_it_was_judged_against_the_node() -> None:
     assert st.pod_status(st.PodView("w1", "g", node, None))["judgedAgainst"] == "node"
     assert st.pod_status(st.PodView("w1", "g", node, None))["nodeCeilingBytes"] == 40 << 30
     assert "judgedAgainst" not in st.pod_status(st.PodView("w1", "g", OK, None))
+
+
+def test_a_watched_climbs_time_left_is_in_the_status_and_the_metrics() -> None:
+    """Issue 58, 3: while a new climb is watched (not yet acted on) the pod's
+    status and the group's projected-OOM series show its time left, so the
+    chart's alert on that series can fire before the rotation; a projection
+    acted on wins over a watched one."""
+    from prometheus_client import generate_latest
+
+    from memoryguard_kuberay.operator.metrics import OperatorMetrics
+
+    watched = Evidence(working_set_bytes=2**30, limit_bytes=4 * 2**30, watched_oom_s=412.4)
+    both = Evidence(working_set_bytes=2**30, limit_bytes=4 * 2**30, projected_oom_s=900.0, watched_oom_s=300.0)
+    views = [st.PodView("w1", "g", Decision(Action.NONE, Reason.HEALTHY, "x", watched), None),
+             st.PodView("w2", "h", Decision(Action.NONE, Reason.HEALTHY, "x", both), None)]
+    assert [st.pod_status(v)["projectedOOMSeconds"] for v in views] == [412, 900]
+    m = OperatorMetrics(per_pod=True)
+    m.publish("ns", "guard", views, guarded=2)
+    text = generate_latest(m.registry).decode()
+    assert 'memoryguard_group_projected_oom_seconds{group="g",guard="guard",namespace="ns"} 412.4' in text, text
+    assert 'memoryguard_group_projected_oom_seconds{group="h",guard="guard",namespace="ns"} 900.0' in text

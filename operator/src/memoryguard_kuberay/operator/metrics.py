@@ -195,7 +195,7 @@ class OperatorMetrics:
             for v in views:
                 ev = v.decision.evidence
                 self.pod(namespace, guard, v.name, v.group, ws=ev.working_set_bytes, limit=ev.limit_bytes,
-                         eta=ev.projected_oom_s, store=ev.store_fraction, verdict=pod_status(v)["verdict"])
+                         eta=ev.oom_outlook_s, store=ev.store_fraction, verdict=pod_status(v)["verdict"])
         self.forget_pods(namespace, guard, {(v.name, v.group) for v in views} if self.per_pod else set())
         self.publish_groups(namespace, guard, views)
 
@@ -206,7 +206,7 @@ class OperatorMetrics:
         verdicts: dict[tuple[str, str], int] = {}
         for v in views:
             ev, w = v.decision.evidence, worst.setdefault(v.group, {})
-            for key, value, pick in (("oom", ev.projected_oom_s, min), ("ws", ev.working_set_bytes, max),
+            for key, value, pick in (("oom", ev.oom_outlook_s, min), ("ws", ev.working_set_bytes, max),
                                      ("limit", ev.limit_bytes, max), ("store", ev.store_fraction, max)):
                 if value is not None:
                     w[key] = pick(float(value), w.get(key, float(value)))

@@ -76,7 +76,7 @@ def pod_status(v: PodView) -> dict[str, Any]:
         "workingSetBytes": ev.working_set_bytes,
         "limitBytes": ev.limit_bytes,
         "slopeBytesPerHour": None if ev.slope_bytes_per_h is None else round(ev.slope_bytes_per_h),
-        "projectedOOMSeconds": None if ev.projected_oom_s is None else round(ev.projected_oom_s),
+        "projectedOOMSeconds": None if ev.oom_outlook_s is None else round(ev.oom_outlook_s),
         "objectStorePercent": None if ev.store_fraction is None else round(ev.store_fraction * 100, 1),
         "verdict": _verdict(v),
         "lastDecision": v.decision.message[:MESSAGE_MAX],

@@ -77,6 +77,8 @@ def evidence_for(obs: Observation) -> Evidence:
         oom_kills_seen=window.oom_kills_seen,
         held_for_s=window.critical.held_for(now_s) or None,
         node_ceiling_bytes=int(node) if node is not None else None,
+        watched_oom_s=min((p.eta_s for p in (obs.creep[1], obs.rapid[1])
+                           if p is not None and p.watching and p.eta_s is not None), default=None),
     )
 
 
@@ -191,7 +193,12 @@ def decide(*, settings: PolicySettings, window: PodWindow, history: RotationHist
     if window.age_s < settings.trend_min_span_s:
         return [Decision(Action.NONE, Reason.WARMING_UP,
                          f"{summary(ev)}; trend needs {fmt_duration(settings.trend_min_span_s)} of history", ev)]
-    tail = f", {fmt_oom_in(ev.projected_oom_s)}" if ev.projected_oom_s is not None else ""
+    if ev.projected_oom_s is not None:
+        tail = f", {fmt_oom_in(ev.projected_oom_s)}"
+    elif ev.watched_oom_s is not None:
+        tail = f"; a new climb, {fmt_oom_in(ev.watched_oom_s)} at its pace, watched before it is acted on"
+    else:
+        tail = ""
     return [Decision(Action.NONE, Reason.HEALTHY, f"{summary(ev)}{tail}", ev)]
 
 

@@ -22,6 +22,9 @@ class Projection:
     sustained: bool  # enough history, fast enough, not slowing down
     why_not: str  # when not sustained: why
     swing: float = 0.0  # how far the series' peaks ride above its trend (its sawtooth's half, or so)
+    # A new climb held one tail before it is acted on (onset_projection): not
+    # sustained, but its time left is real and shown to users.
+    watching: bool = False
 
 
 # The onset of growth after a flat stretch (issue 39): the recent half of
@@ -116,6 +119,8 @@ def onset_projection(series: Series, fit: TrendFit, *, now_s: float, ceiling: fl
         # it by then, and a leak still leaves most of the horizon.
         why_not = (f"a new climb, {fmt_oom_in(eta)} at its pace: watched another "
                    f"{fmt_duration(ONSET_TAIL * series.bucket_s)}")
+        return Projection(slope_per_s=recent.slope, level=level, eta_s=eta, sustained=False, why_not=why_not,
+                          swing=fit.peak_offset, watching=True)
     return Projection(slope_per_s=recent.slope, level=level, eta_s=eta, sustained=not why_not, why_not=why_not,
                       swing=fit.peak_offset)
 
@@ -133,14 +138,14 @@ FALLBACK_SWINGS = 3.0
 
 
 def fallen_back(p: Projection | None, newest: float | None, limit: float) -> Projection | None:
-    """``p`` as not sustained when the newest reading has fallen back below
-    it (FALLBACK), else ``p`` as it is."""
-    if p is None or not p.sustained or newest is None or not limit:
+    """``p`` as neither sustained nor watched when the newest reading has
+    fallen back below it (FALLBACK), else ``p`` as it is."""
+    if p is None or not (p.sustained or p.watching) or newest is None or not limit:
         return p
     drop = p.level - newest
     if drop <= max(FALLBACK * limit, FALLBACK_SWINGS * p.swing):
         return p
-    return dataclasses.replace(p, sustained=False, why_not=(
+    return dataclasses.replace(p, sustained=False, watching=False, why_not=(
         f"memory fell back to {newest / limit:.0%} of the limit, {drop / limit:.0%} below the trend: "
         "the climb has stopped"))
 

@@ -58,10 +58,24 @@ class Evidence:
     # No limit: the ceiling the verdict was judged against instead (in use
     # plus the node's available memory); left out of the dict when None.
     node_ceiling_bytes: int | None = None
+    # A new climb's projected OOM while the policy watches it, one tail
+    # before acting on it (projection.onset_projection): not acted on, but
+    # what the status and the metrics show while ``projected_oom_s`` is
+    # unknown, so that an alert on them leads the rotation (issue 58, 3).
+    # Left out of the dict when None.
+    watched_oom_s: float | None = None
+
+    @property
+    def oom_outlook_s(self) -> float | None:
+        """The projection acted on, else the one watched: what users are shown."""
+        return self.projected_oom_s if self.projected_oom_s is not None else self.watched_oom_s
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()
-                if k != "node_ceiling_bytes" or v is not None}
+                if k not in _OMITTED_WHEN_NONE or v is not None}
+
+
+_OMITTED_WHEN_NONE = ("node_ceiling_bytes", "watched_oom_s")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
