@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -303,9 +302,8 @@ def until_the_kill(rec: dict[str, Any]) -> tuple[list[Sample], float]:
     ``memory.current`` 80 KiB "before" the kill that way)."""
     stopped = event_time(rec, "ray stopped")
     assert stopped is not None, f"the process was never seen to stop; events {rec['events']}"
-    events = (rec.get("at_kill") or {}).get("memory.events", "")
-    kills = re.search(r"^oom_kill (\d+)$", events, re.MULTILINE)
-    assert kills and int(kills.group(1)) > 0, (
+    events = (rec.get("at_kill") or {}).get("memory.events") or {}
+    assert (events.get("oom_kill") or 0) > 0, (
         f"the process stopped, but not by the kernel's OOM killer: memory.events {events!r}, "
         f"dmesg {rec.get('dmesg_oom')}, its log {rec.get('ray_log', '')[-400:]!r}")
     samples: list[Sample] = []
