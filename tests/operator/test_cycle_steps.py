@@ -397,3 +397,34 @@ def test_a_misspelled_cluster_name_gets_a_warning_with_the_nearest_names(monkeyp
     assert said == ["spec.clusterSelector.names: RayCluster(s) not found in namespace team-a: servng-rc "
                     "(did you mean serving-rc?)"]
     assert loop.mem.status.get("clustersNotFound") == ["servng-rc"]
+
+
+def test_pods_labelled_with_groups_their_cluster_does_not_declare_are_not_guarded_nor_series(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 63, 6: the per-group series followed each pod's own
+    ``ray.io/group`` label, so 1,000 Pending pods with distinct labels made
+    1,102 series. Only the RayCluster's declared groups are guarded now:
+    200 pods with forged groups add no series and no pod to the status."""
+    from prometheus_client import generate_latest
+
+    clock = FixedClock()
+    kube = FakeKube(RC, _guard(SPEC))
+    forged = []
+    for i in range(200):
+        p = _pod(f"forged-{i}", f"127.0.1.{i % 250 + 1}")
+        p["metadata"]["labels"][C.LABEL_GROUP] = f"g{i}"
+        p["status"] = {"phase": "Pending"}
+        forged.append(p)
+    ctx = _context(kube, FakePods([_pod("w-calm", "127.0.0.12"), *forged]), clock)
+
+    async def poll(ip: str, port: int, since: float | None, **_: Any) -> Poll:
+        return Poll((), None, 0.01)
+
+    monkeypatch.setattr(sidecar_client, "poll", poll)
+    loop = guarding.Guard(ctx, NS, GUARD)
+    asyncio.run(guarding.cycle(loop, kube.guard))
+    text = generate_latest(ctx.metrics.registry).decode()
+    groups = {line.split('group="')[1].split('"')[0] for line in text.splitlines()
+              if line.startswith("memoryguard_group_") and 'group="' in line}
+    assert groups == {"workers"}, sorted(groups)[:10]
+    assert [p["name"] for p in loop.mem.status["pods"]] == ["w-calm"]

@@ -130,7 +130,8 @@ async def read_pods(g: Guard, run: Run, spec: GuardSpec, selected: clusters.Sele
     restart left on pods' annotations are adopted into the ledger."""
     pods = await g.ctx.pods.pods(g.namespace, g.name, [c["metadata"]["name"] for c in selected.clusters],
                                  wait_s=POD_WAIT_S)
-    found = Cycle(spec, selected, pods, [p for p in pods if clusters.is_guarded(spec, p)],
+    declared = clusters.declared_groups(selected.clusters)
+    found = Cycle(spec, selected, pods, [p for p in pods if clusters.is_guarded(spec, p, declared)],
                   Groups.of(selected.clusters, pods), run.uid)
     g.mem.ledger.adopt(pods, guard=g.name, max_unavailable=spec.policy.max_unavailable, now=g.ctx.clock.now())
     return found
@@ -149,7 +150,8 @@ def hold_while_placing(g: Guard) -> Decided:
 async def advance_rotations(g: Guard, found: Cycle) -> Decided:
     """The next step of every rotation in flight (rotation.py)."""
     spec, ledger, metrics = found.spec, g.mem.ledger, g.ctx.metrics
-    dropped = ledger.vet(found.pods, guard=g.name, guarded=lambda p: clusters.is_guarded(spec, p),
+    guarded = {p.uid for p in found.guarded}
+    dropped = ledger.vet(found.pods, guard=g.name, guarded=lambda p: p.uid in guarded,
                          max_unavailable=spec.policy.max_unavailable)
     changed = bool(dropped)
     says: list[Say] = [say(EventReason.STATUS_RECORD_DROPPED, why) for why in dropped]

@@ -208,9 +208,23 @@ def unknown_groups(spec: GuardSpec, clusters: Sequence[Mapping[str, Any]]) -> li
     return [g for g in spec.selection.worker_groups if g not in have] if clusters else []
 
 
-def is_guarded(spec: GuardSpec, p: pi.PodInfo) -> bool:
+def declared_groups(clusters: Sequence[Mapping[str, Any]]) -> frozenset[tuple[str, str]]:
+    """Each selected RayCluster's worker groups, as (cluster, group): the
+    groups its spec declares, bounded by it, whatever labels pods carry."""
+    return frozenset((rc["metadata"]["name"], group) for rc in clusters
+                     for group, _, _ in patches.templates(rc, include_head=False))
+
+
+def is_guarded(spec: GuardSpec, p: pi.PodInfo, declared: frozenset[tuple[str, str]]) -> bool:
+    """The head if the guard includes it; a worker of a group its RayCluster
+    declares (and the guard selects). A pod labelled with a group its
+    cluster does not declare is not KubeRay's: anyone who may create pods
+    could label a thousand so, each a group of metric series of its own
+    (issue 63, 6)."""
     if p.is_head:
         return spec.policy.include_head
+    if (p.cluster, p.group) not in declared:
+        return False
     return not spec.selection.worker_groups or p.group in spec.selection.worker_groups
 
 
