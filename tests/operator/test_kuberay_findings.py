@@ -283,3 +283,24 @@ def test_a_rayservices_cluster_is_remediated_through_admission_alone() -> None:
         env=done.env, why="no effect", admission=True))
     assert said == "reverted" and patched is None and name not in kube.configmaps
     assert ("patch-raycluster", "rc") not in kube.log
+
+
+def test_a_cluster_of_5000_worker_groups_is_held_not_patched_nor_budgeted() -> None:
+    """Issue 63, 4: a RayCluster of 5,000 worker groups (829 KB) made a
+    patch of 30,000 ops and 11.9 MB, refused 413 every cycle after a 7.1 s
+    stall. Past MAX_WORKER_GROUPS it is held (said once), no patch is built
+    or sent, no budget kept, and only its first groups are guarded."""
+    template = {"spec": {"containers": [{"name": "ray-worker", "image": "rayproject/ray:2.40.0"}]}}
+    rc = _rc(workerGroupSpecs=[{"groupName": f"g{i}", "replicas": 1, "template": copy.deepcopy(template)}
+                               for i in range(5000)])
+    spec = read_guard_spec({"clusterSelector": {"names": ["rc"]}, "sidecar": {"inject": True},
+                            "pdb": {"enabled": True}})
+    kube = FakeKube(rc, _guard({}))
+    done = asyncio.run(clusters.set_up(kube, namespace=NS, guard=_guard({}), spec=spec,  # type: ignore[arg-type]
+                                       clusters=[rc]))
+    assert kube.log == [], kube.log[:3]  # no patch, no budget
+    assert done.held["rc"].why is kuberayrules.TemplateHold.TOO_MANY_GROUPS
+    assert "5000 worker groups" in done.held["rc"].message
+    assert [s.reason for s in done.says] == [EventReason.TEMPLATES_HELD]
+    declared = clusters.declared_groups([rc])
+    assert len(declared) == kuberayrules.MAX_WORKER_GROUPS and ("rc", "g0") in declared

@@ -6,6 +6,7 @@ them in that order, then reads their pods (podcache.py)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -153,7 +154,8 @@ async def set_up(kube: Kube, *, namespace: str, guard: Mapping[str, Any], spec: 
                                     f"RayCluster {name}; pods get it as KubeRay creates them", rc))
                 except ApiError as e:
                     says.append(say(EventReason.SIDECAR_INJECTION_FAILED, f"RayCluster {name}: {e}", rc))
-        if spec.pdb.enabled and not dry_run:
+        too_many = hold is not None and hold.why is kuberayrules.TemplateHold.TOO_MANY_GROUPS
+        if spec.pdb.enabled and not dry_run and not too_many:
             await keep_budgets(kube, namespace=namespace, guard=guard, spec=spec, rc=rc, ours=ours)
     return SetUp(says, held)
 
@@ -212,7 +214,8 @@ def declared_groups(clusters: Sequence[Mapping[str, Any]]) -> frozenset[tuple[st
     """Each selected RayCluster's worker groups, as (cluster, group): the
     groups its spec declares, bounded by it, whatever labels pods carry."""
     return frozenset((rc["metadata"]["name"], group) for rc in clusters
-                     for group, _, _ in patches.templates(rc, include_head=False))
+                     for group, _, _ in itertools.islice(patches.templates(rc, include_head=False),
+                                                         kuberayrules.MAX_WORKER_GROUPS))
 
 
 def is_guarded(spec: GuardSpec, p: pi.PodInfo, declared: frozenset[tuple[str, str]]) -> bool:
