@@ -52,8 +52,10 @@ import yaml
 
 from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.core import pressure
+from memoryguard_kuberay.core.traces import write_trace
 from memoryguard_kuberay.operator import status as st
 from memoryguard_kuberay.operator.rayclusters import injection
+from memoryguard_kuberay.operator.sidecars import sidecar_client
 
 from ..devworld import ROOT
 from ..procs import VENV_BIN, http_get, stop
@@ -421,6 +423,20 @@ def _samples(pod: dict[str, Any]) -> dict[str, Any] | None:
     return doc if doc.get("samples") else None
 
 
+def _save_trace(path: Path, served: dict[float, dict[str, Any]], leak_started: float) -> Path:
+    """The samples a leaking pod's sidecar served, read as the operator
+    reads them and written as a trace ``simulate`` replays (the leak's
+    start, in the trace's own seconds, in a comment line's stead: the file
+    name's neighbour ``.start``)."""
+    body = json.dumps({"samples": [served[t] for t in sorted(served)]}).encode()
+    samples = sidecar_client.parse(body, latency_s=0.0, now_s=max(served, default=0.0)).samples
+    with path.open("w") as f:
+        write_trace(samples, f)
+    if samples:
+        path.with_suffix(".start").write_text(f"{leak_started - samples[0].time_s:.1f}\n")
+    return path
+
+
 def _guarded_running(w: World, n: int, *, besides: tuple[str, ...] = ()) -> list[dict[str, Any]] | None:
     pods = [p for p in w.running("guarded", besides=besides) if _has_sidecar(p["spec"])]
     return pods[:n] if len(pods) >= n else None
@@ -569,6 +585,7 @@ def test_a_real_leak_is_rotated_before_the_kernel_kills_it(world: World) -> None
     driver_log = w.workdir / "driver.log"
     guarded_oom: list[int] = []  # the leaking container's OOM kills, as its sidecar reads them
     store_used: list[int] = []  # its object store's bytes in use, as its sidecar reads them
+    served: dict[float, dict[str, Any]] = {}  # every sample its sidecar served, by time: the leak's trace
     driver = w.driver(LEAKER, [str(LEAK_MIB_PER_S), "900", leaking["status"]["podIP"],
                                control[0]["status"]["podIP"]], driver_log)
     try:
@@ -583,6 +600,7 @@ def test_a_real_leak_is_rotated_before_the_kernel_kills_it(world: World) -> None
         def evicted() -> list[dict[str, Any]]:
             doc = _samples(leaking)
             if doc:
+                served.update((x["time"], x) for x in doc["samples"])
                 guarded_oom.extend(s["oom_kill"] for s in doc["samples"][-3:] if s["oom_kill"] is not None)
                 store_used.extend(s["plasma_used"] for s in doc["samples"][-3:] if s["plasma_used"] is not None)
             return [e for e in w.events("WorkerEvicted") if e["involvedObject"].get("kind") == "MemoryGuard"]
@@ -605,13 +623,14 @@ def test_a_real_leak_is_rotated_before_the_kernel_kills_it(world: World) -> None
     finally:
         stop(driver, timeout=10)
     lead = oom_at - evicted_at
+    trace = _save_trace(w.workdir / "leak-trace.csv", served, started)
     w.facts.update(leak_to_eviction_s=evicted_at - started, lead_s=lead, leak_started_at=started,
                    evicted_at=evicted_at, oom_at=oom_at)
     print(f"real pods: leak of {LEAK_MIB_PER_S:g} MiB/s started; guarded worker {g_name} evicted after "
           f"{evicted_at - started:.0f} s; the kernel OOM-killed the unguarded control {c_name}'s actor after "
           f"{oom_at - started:.0f} s"
           + (f" (its driver saw it die after {float(died[0]) - started:.0f} s)" if died else "")
-          + f": lead {lead:.0f} s")
+          + f": lead {lead:.0f} s; its sidecar's samples as a trace: {trace} (simulate replays it)")
     # (c) of issue 41: what the ladder asked of the true leak before the policy rotated it.
     _ladder(w, g_name, started, evicted_at)
     # The guarded pod was never OOM-killed: not in its statuses, not in its cgroup's counter.
