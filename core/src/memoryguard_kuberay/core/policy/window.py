@@ -324,9 +324,10 @@ class PodWindow:
 
     def _start_regime(self, t: float | None, limit: int | None) -> None:
         """Memory history that is judged against one limit. An in-place
-        resize (Kubernetes 1.33+) starts a new one: the workload may grow into
-        the new room, so like a fresh pod it gets a warm-up before any trend
-        verdict, and no run above a threshold spans two limits."""
+        resize that raises it (Kubernetes 1.33+) starts a new one: the
+        workload may grow into the new room, so like a fresh pod it gets a
+        warm-up before any trend verdict, and no run above a threshold spans
+        two limits. One that lowers it does not (``add``)."""
         s = self.settings
         self.regime_s = t
         self.limit_bytes = limit
@@ -355,8 +356,19 @@ class PodWindow:
         if self.first_s is None:
             self.first_s = t
         limit = sample.memory_max_bytes
-        if self.regime_s is None or (limit and self.limit_bytes and abs(limit - self.limit_bytes) > 0.01 * limit):
+        old = self.limit_bytes
+        changed = bool(limit and old and abs(limit - old) > 0.01 * limit)
+        if self.regime_s is None or (changed and (limit or 0) > (old or 0)):
             self._start_regime(t, limit)
+        elif changed:
+            # A limit lowered in place (VPA, a resize): the workload has no new
+            # room to grow into, so its history stands and is judged against
+            # the new limit at once; only a run above a threshold starts over.
+            # Started over like a raised one, a leak read WarmingUp at 90% of
+            # the new limit for 3 hours, then waited two trend windows (issue
+            # 59, 5).
+            self.limit_bytes = limit
+            self.critical = HoldTimer()
         elif limit and not self.limit_bytes:
             self.limit_bytes = limit
         self.last = sample
