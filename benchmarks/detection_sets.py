@@ -43,6 +43,7 @@ from memoryguard_kuberay.core.traceshapes import (
     behaviour_shape,
     field_shapes,
     kernel_shapes,
+    lowered_limit_shapes,
     ramp_after_flat_shapes,
     random_shapes,
     sawtooth_after_flat_shapes,
@@ -98,6 +99,7 @@ SETS: dict[str, tuple[str, Callable[[], Iterator[Trace]]]] = {
     # Issue 59's behaviours, drawn once its rules were written, from its own generator.
     "kernel-5959": ("read", lambda: _drawn(kernel_shapes(8, 5959))),
     "spill-stall-5960": ("read", lambda: _drawn(spill_stall_shapes(12, 5960))),
+    "limit-lowered-5961": ("read", lambda: _drawn(lowered_limit_shapes(12, 5961))),
     "ramps-after-flat": ("limit", lambda: _drawn(ramp_after_flat_shapes(60, 4242))),
     "sawtooth-after-flat": ("limit", lambda: _drawn(sawtooth_after_flat_shapes(60, 4243))),
 }

@@ -371,3 +371,27 @@ def spill_stall_shapes(n: int, seed: int) -> list[Shape]:
         out.append(Shape(f"spill_moving_{k:02d}", "healthy", seed=seed * 1000 + 2 * k + 1, **common))
     return out
 
+
+
+def lowered_limit_shapes(n: int, seed: int) -> list[Shape]:
+    """Issue 59, 5: ``n`` pods whose limit is lowered in place (VPA, a
+    resize down) to 55-80% of what it was, 3-20 h in, each once leaking
+    (from up to 2 h before the change, reaching the new limit 4-30 h after
+    it) and once as its healthy twin, flat at 45-80% of the new limit."""
+    rng = random.Random(seed)
+    u = rng.uniform
+    out = []
+    for k in range(n):
+        to = u(0.55, 0.8)  # the new limit, of the first
+        base = to * u(0.45, 0.8)
+        at = u(3, 20) * 3600
+        common: dict[str, Any] = dict(limit_gib=rng.choice(LIMITS_GIB), noise=u(0.002, 0.01), base=base,
+                                      sawtooth_amp=rng.choice([0.0, u(0.01, 0.04)]), limit_raise_at_s=at,
+                                      diurnal_phase_s=u(0, DAY_S), duration_s=60 * 3600.0)
+        common["limit_raise_to_gib"] = common["limit_gib"] * to
+        leak_at = max(0.0, at - u(0, 2) * 3600)
+        leak = (to - base) / (max(0.0, at - leak_at) / 3600 + u(4, 30))
+        out.append(Shape(f"lowered_leak_{k:02d}", "leak", leak_start_s=leak_at, leak_per_h=leak,
+                         seed=seed * 1000 + 2 * k, **common))
+        out.append(Shape(f"lowered_flat_{k:02d}", "healthy", seed=seed * 1000 + 2 * k + 1, **common))
+    return out
