@@ -293,22 +293,19 @@ class PodWindow:
 
     # One a pod, 20,000 a replica: slots, not a dict each (issue 25's RSS).
     __slots__ = ("_first_oom_kills", "_spilled", "_store_at_spill", "anon", "baseline_used_bytes", "critical",
-                 "first_s", "floor", "last",
-                 "last_spill_known_s", "last_spill_s", "limit_bytes", "node_ceiling_bytes", "oom_kills_seen",
-                 "pressure", "rapid",
-                 "regime_s", "samples_rejected", "samples_seen", "settings", "store", "store_full", "used")
+                 "first_s", "floor", "last", "last_spill_known_s", "last_spill_s", "limit_bytes", "node_ceiling_bytes",
+                 "oom_kills_seen", "pressure", "rapid", "regime_s", "samples_rejected", "samples_seen", "settings",
+                 "store", "store_full", "used")
 
     def __init__(self, settings: PolicySettings) -> None:
         self.settings = settings
         self.first_s: float | None = None
         self.last: Sample | None = None
-        self.samples_seen = 0
-        self.samples_rejected = 0
+        self.samples_seen = self.samples_rejected = 0
         self._first_oom_kills: int | None = None
         self.oom_kills_seen = 0  # kernel OOM kills observed since we started watching
         self.store = Series(settings.trend_bucket_s, settings.trend_window_s)
-        self.store_full = HoldTimer()
-        self.pressure = HoldTimer()
+        self.store_full, self.pressure = HoldTimer(), HoldTimer()
         # Newest sample whose spilled bytes moved (Ray spilling objects to disk,
         # or deleting spilled ones): Ray's figure is a level, bytes on disk
         # now, so a level that holds still says spilling has stopped (its
@@ -317,17 +314,15 @@ class PodWindow:
         self._spilled: int | None = None  # the last spilled level read
         self._store_at_spill: float | None = None  # the store's occupancy when it last moved
         self.last_spill_known_s: float | None = None  # newest sample that said how much is spilled (0 included)
-        # A pod with no limit: what it could reach now (in use plus the node's
-        # available memory, less the kubelet's eviction threshold).
+        # No limit: what it could reach now (in use plus the node's available, less the kubelet's threshold).
         self.node_ceiling_bytes: float | None = None
         self._start_regime(None, None)
 
     def _start_regime(self, t: float | None, limit: int | None) -> None:
-        """Memory history that is judged against one limit. An in-place
-        resize that raises it (Kubernetes 1.33+) starts a new one: the
-        workload may grow into the new room, so like a fresh pod it gets a
-        warm-up before any trend verdict, and no run above a threshold spans
-        two limits. One that lowers it does not (``add``)."""
+        """Memory history that is judged against one limit. An in-place resize
+        raising it (Kubernetes 1.33+; not lowering: ``add``) starts a new one: the workload may
+        grow into the new room, so like a fresh pod it gets a warm-up before
+        any trend verdict, and no run above a threshold spans two limits."""
         s = self.settings
         self.regime_s = t
         self.limit_bytes = limit
@@ -360,16 +355,9 @@ class PodWindow:
         changed = bool(limit and old and abs(limit - old) > 0.01 * limit)
         if self.regime_s is None or (changed and (limit or 0) > (old or 0)):
             self._start_regime(t, limit)
-        elif changed:
-            # A limit lowered in place (VPA, a resize): the workload has no new
-            # room to grow into, so its history stands and is judged against
-            # the new limit at once; only a run above a threshold starts over.
-            # Started over like a raised one, a leak read WarmingUp at 90% of
-            # the new limit for 3 hours, then waited two trend windows (issue
-            # 59, 5).
-            self.limit_bytes = limit
-            self.critical = HoldTimer()
-        elif limit and not self.limit_bytes:
+        elif changed:  # lowered (issue 59, 5): no room to grow into, its history judged against it at once
+            self.limit_bytes, self.critical = limit, HoldTimer()
+        elif limit and not old:
             self.limit_bytes = limit
         self.last = sample
         self.samples_seen += 1
