@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import datetime
-import io
 import json
 import sys
 import tempfile
@@ -36,16 +34,14 @@ from rich.text import Text
 
 from memoryguard_kuberay.core import answer, commands, heatmap, helptext, specfields
 from memoryguard_kuberay.core import constants as C
-from memoryguard_kuberay.core.plot import LADDER_MARKS, LIMIT_LABEL, ladder_ticks, mark, save_grid
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.simulate import NO_EFFECTS, StepEffects
-from memoryguard_kuberay.core.traces import read_labels, read_trace
+from memoryguard_kuberay.core.traces import read_labels
 from memoryguard_kuberay.operator.cli import topview
-from memoryguard_kuberay.operator.forensics import cli as forensics_cli
-from memoryguard_kuberay.operator.forensics import collect as forensics
 from memoryguard_kuberay.operator.rayclusters import patches
 
+from . import demoreport
 from .emulator.world import SIDECAR_PORT, World, world
 
 # Each worker group runs one workload; worker n of a group replays its
@@ -69,8 +65,8 @@ LADDER_CASES = {
 }
 SAVED_BY_THE_LADDER = ("garbage", "cache")
 HEALTHY = "healthy_gc_sawtooth"
-GIB = 1024**3
 MAX_STORY_S = 30 * 3600.0  # however the reviews go, the story ends here
+STOP_EVERY_S = 1800.0  # past the story's length the demo looks at the reviews this often (simulated)
 
 
 def replacement(group: str, pod: dict[str, Any]) -> str:
@@ -153,28 +149,38 @@ class Demo:
                     deadlines.append(float(d))
         return (max(deadlines) if deadlines else 6 * 3600.0) + 1800.0
 
-    def story_over(self, w: World, t: float, least: float) -> bool:
-        """Past the initial workers' fates, and every remediation applied
-        judged (one review more: half an hour to show what followed)."""
-        if t >= MAX_STORY_S:
-            return True
+    def next_stop(self, w: World, t: float) -> float | None:
+        """The world's clock waits at each of the demo's stops (its ceiling)
+        until the demo has looked: at the story's length, then every half
+        hour until every remediation applied is judged, and one stop more
+        to show what followed. The next stop; None: the story is over. At
+        stops, not whenever the demo's loop came round: every run ends at
+        the same time of its story."""
+        if t - w.epoch >= MAX_STORY_S:
+            return None
         reviews = ((w.api.get("memoryguards", "default", "demo-guard") or {}).get("status") or {}).get(
             "remediations") or {}
-        pending = [r for r in reviews.values() if r.get("verdict") in (None, "Pending")]
-        if t >= least and not pending:
-            self.judged_at = self.judged_at or t
-            return t >= self.judged_at + 1800
-        return False
+        if not any(r.get("verdict") in (None, "Pending") for r in reviews.values()):
+            if self.judged_at is not None:
+                return None
+            self.judged_at = t
+        return t + STOP_EVERY_S
 
     # -- what the user sees ---------------------------------------------------------
+    @staticmethod
+    def posted_h(w: World, e: dict[str, Any]) -> float:
+        """When the Event was posted, in hours of the story."""
+        at = w.event_times.get(e["metadata"]["name"])
+        return ((w.clock(_wall(e["firstTimestamp"])) if at is None else at) - w.epoch) / 3600
+
     def collect_events(self, w: World) -> None:
         for e in sorted(w.events(), key=lambda e: int(e["metadata"]["resourceVersion"])):
             uid = e["metadata"]["name"]
             if uid in self.seen_events:
                 continue
             self.seen_events.add(uid)
-            t = w.clock() - w.epoch
-            line = f"[{t / 3600:5.1f} h] {e['reason']}: {e['message']}"
+            t = self.posted_h(w, e)
+            line = f"[{t:5.1f} h] {e['reason']}: {e['message']}"
             self.log.append(line)
             if not self.args.json and not sys.stdout.isatty():
                 print(line[:200], flush=True)
@@ -186,7 +192,8 @@ class Demo:
         t = w.clock() - w.epoch
         banner = ("MemoryGuard demo: the operator, the sidecars and the policy are real; the Kubernetes API server "
                   "and KubeRay are emulated (the devkit's emulator). Clock: "
-                  f"{self.args.speed:.0f}x, {t / 3600:.1f} h simulated (the story: {least / 3600:.0f} h and the "
+                  f"up to {self.args.speed:.0f}x, waiting whenever the operator is behind; {t / 3600:.1f} h "
+                  f"simulated (the story: {least / 3600:.0f} h and the "
                   "remediations' reviews).")
         log = "\n".join(f"  {line[:150]}" for line in self.log[-10:])
         return Group(Text(banner), topview.screen([g] if g else [], title="guarded workers, nearest harm first"),
@@ -198,7 +205,7 @@ class Demo:
         started = time.monotonic()
         least = self.story_length()
         with tempfile.TemporaryDirectory(prefix="memoryguard-demo-") as tmp:
-            async with world(Path(tmp), self.trace_for, speed=a.speed) as w:
+            async with world(Path(tmp), self.trace_for, speed=a.speed, lockstep=True) as w:
                 w.effects_for = self.effects_for
                 w.api.put("rayclusters", cluster(a.workers))
                 w.api.put("memoryguards", guard())
@@ -206,7 +213,13 @@ class Demo:
                 tty = sys.stdout.isatty() and not a.json
                 with Live(console=Console(), auto_refresh=False, screen=True) if tty else contextlib.nullcontext() \
                         as live:
-                    while not self.story_over(w, w.clock() - w.epoch, least):
+                    w.ceiling = w.epoch + least
+                    while True:
+                        if w.clock() >= w.ceiling:
+                            stop = self.next_stop(w, w.ceiling)
+                            if stop is None:
+                                break
+                            w.ceiling = stop
                         self.refuse_pods_that_cannot_serve(w)
                         self.collect_events(w)
                         self.record_risk(w)
@@ -216,9 +229,9 @@ class Demo:
                         await asyncio.sleep(0.5)
                 self.collect_events(w)
                 summary = self.summarize(w, time.monotonic() - started)
-                self.evidence = self.latest_evidence(w)
+                self.evidence = demoreport.latest_evidence(w)
                 if a.plot:
-                    self.plot(w, a.plot)
+                    demoreport.plot(self, w, a.plot)
                 if a.heatmap and self.risk:
                     # Every group's pods start with the demo: its first hours are the trend's warm-up.
                     warmup_s = PolicySettings.from_spec(specfields.policy_part(guard()["spec"])).trend_min_span_s
@@ -262,25 +275,14 @@ class Demo:
             raise DemoFailed(f"{len(failed)} pod(s) could not serve their samples ({', '.join(failed[:3])}); "
                              f"{name}'s sidecar said: {' / '.join(tail) or 'nothing'}")
 
-    def latest_evidence(self, w: World) -> str:
-        """The evidence the operator kept before its latest rotation, as
-        ``memoryguard-kuberay forensics`` prints it."""
-        kept = forensics_cli.newest_first(w.api.objects("configmaps", "default"))
-        if not kept:
-            return ""
-        out = io.StringIO()
-        forensics_cli.render(json.loads(kept[0]["data"][forensics.DATA_KEY]), configmap=kept[0]["metadata"]["name"],
-                             out=out)
-        return out.getvalue()
-
     def summarize(self, w: World, duration: float) -> dict[str, Any]:
         """Every worker whose leak reached its end within the story counts:
         caught when rotated at least 10 minutes before (its OOM, or its
         store full); a rotation of a healthy worker is false."""
-        now = w.clock()
+        now = w.ceiling  # the story's end: the clock waits there
         evicted = {pod: w.clock(wall) - w.sidecars[pod].start_clock for _, pod, wall in w.api.evictions
                    if pod in w.sidecars}
-        leaks, caught, false_rotations, leads = 0, 0, 0, []
+        leaks, caught, false_rotations, leads, missed = 0, 0, 0, [], []
         for pod, trace in self.assigned.items():
             lab, sc = self.labels[trace], w.sidecars.get(pod)
             if sc is None or "-head-" in pod or self.cases.get(pod) in SAVED_BY_THE_LADDER:
@@ -297,88 +299,22 @@ class Demo:
             if at is not None and at <= end - margin:
                 caught += 1
                 leads.append(end - at)
+            else:  # said by name: a count alone hides which and why
+                harm = "OOM" if lab["kind"] == "leak" else "object store full"
+                missed.append(f"{pod} ({trace}): " + (f"never rotated, its {harm} at {end / 3600:.1f} h of its life"
+                              if at is None else f"rotated {(end - at) / 60:.0f} min before its {harm}"))
         status = (w.api.get("memoryguards", "default", "demo-guard") or {}).get("status") or {}
         reviews = {k: {"verdict": r.get("verdict"), "reverted": r.get("reverted", ""), "message": r.get("message")}
                    for k, r in (status.get("remediations") or {}).items()}
         return {"workers": self.args.workers * len(CAST), "pods": len([p for p in self.assigned if "-head-" not in p]),
-                "leaks": leaks, "caught": caught,
+                "leaks": leaks, "caught": caught, "missed": missed,
                 "rotations": len(w.api.evictions), "false_rotations": false_rotations,
                 "remediations": len(w.events("RemediationApplied")), "duration_s": round(duration, 1),
                 "replaced": len(w.events("WorkerRotated")), "min_lead_h": round(min(leads) / 3600, 2) if leads
                 else None, "plain_deletes": len([d for d in w.api.deletes if d[0] == "pods"]),
-                "simulated_h": round((now - w.epoch) / 3600, 1), "reviews": reviews,
-                "ladder": self.ladder_summary(w, evicted)}
-
-    def ladder_summary(self, w: World, evicted: dict[str, float]) -> dict[str, Any]:
-        """Each ladder worker: its case, the steps asked of it and judged
-        effective, and whether it was rotated (the garbage and the cache
-        must not be; the true leak must be, before its OOM)."""
-        out = {}
-        for pod, case in self.cases.items():
-            events = [e for e in w.events(kind="Pod") if e["involvedObject"].get("name") == pod]
-            asked = [e["message"] for e in events if e["reason"] == "PressureStepAsked"]
-            judged = [e["message"] for e in events if e["reason"] == "PressureStepJudged"]
-            served = self.served.get(pod, {})
-            out[pod] = {"case": case, "asked": len(asked), "judged": len(judged),
-                        "effective": sum(": effective" in m for m in judged), "rotated": pod in evicted,
-                        "peak_in_use_percent": max((round(100 * s.unreclaimable_bytes / s.memory_max_bytes)
-                                                    for s in served.values()
-                                                    if s.unreclaimable_bytes and s.memory_max_bytes), default=None)}
-        return out
-
-    def plot(self, w: World, out: str) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        names = [n for n in self.assigned if "-head-" not in n]
-        fig, axes = plt.subplots(len(names), 1, figsize=(10, 1.9 * len(names)), squeeze=False, sharex=True)
-        evicted = {pod: wall for _, pod, wall in w.api.evictions}
-        # Remediations change the group's template: marked on every panel, at
-        # the operator's clock time of their Event.
-        remedied = [((w.clock(_wall(e["firstTimestamp"])) - w.epoch) / 3600, e["message"].split(":", 1)[0][:40])
-                    for e in w.events("RemediationApplied")]
-        reverted = [((w.clock(_wall(e["firstTimestamp"])) - w.epoch) / 3600, e["message"].split(" (", 1)[0][:40])
-                    for e in w.events("RemediationReverted")]
-        for ax, name in zip(axes[:, 0], names):
-            sc = w.sidecars.get(name)
-            if sc is None:
-                continue
-            offset = sc.start_clock - w.epoch
-            end = (w.clock(evicted[name]) if name in evicted else w.clock()) - sc.start_clock
-            if name in self.served:  # a ladder worker: what it served, the steps' freeing included
-                rows = [dataclasses.replace(s, time_s=s.time_s - sc.start_clock)
-                        for _, s in sorted(self.served[name].items())]
-                asked: dict[str, list[float]] = {}
-                for e in w.events(kind="Pod"):
-                    if e["involvedObject"].get("name") == name and e["reason"] == "PressureStepAsked":
-                        rung = next((r for r in LADDER_MARKS if f" to {r.lower()}:" in e["message"]), None)
-                        if rung:
-                            asked.setdefault(rung, []).append((w.clock(_wall(e["firstTimestamp"])) - w.epoch) / 3600)
-                ladder_ticks(ax, asked)
-            else:
-                trace = read_trace(commands.examples_dir() / f"{self.assigned[name]}.csv")
-                rows = [s for s in trace.samples if s.time_s <= end]
-            ts = [(offset + s.time_s) / 3600 for s in rows]
-            ax.plot(ts, [(s.working_set_bytes or 0) / GIB for s in rows], lw=0.8, label="working set")
-            ax.plot(ts, [(s.memory_max_bytes or 0) / GIB for s in rows], "k--", lw=0.8, label=LIMIT_LABEL)
-            ax.plot(ts, [(s.plasma_used_bytes or 0) / GIB for s in rows], lw=0.8, color="tab:green",
-                    label="object store")
-            if name in evicted:
-                mark(ax, (w.clock(evicted[name]) - w.epoch) / 3600, "rotate", "rotated")
-            group = self.groups.get(name, "")
-            for t, what in remedied:
-                if f"group {group} " in what + " ":
-                    mark(ax, t, "remediate", what)
-            for t, what in reverted:
-                if f"group {group} " in what + " ":
-                    mark(ax, t, "revert", what)
-            case = f" ({self.cases[name]}: the ladder's case)" if name in self.cases else ""
-            ax.set_title(f"{name}: {self.assigned[name]}{case}", fontsize=8, loc="left")
-            ax.set_ylabel("GiB", fontsize=7)
-            ax.tick_params(labelsize=7)
-        save_grid(fig, axes, out, xlabel="hours (simulated)", dpi=80)
+                "simulated_h": round((now - w.epoch) / 3600, 1), "speed": round(w.reached_speed()),
+                "clock_forced": w.forced, "reviews": reviews,
+                "ladder": demoreport.ladder(self, w, evicted)}
 
 
 def _get(url: str) -> bytes:
@@ -436,32 +372,12 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(summary))
         return 1 if missed or unsaved else 0
-    print("\n".join(demo.log))
-    print(f"\nsummary: {summary['workers']} workers ({summary['pods']} worker pods with their replacements) in "
-          f"{summary['simulated_h']} h, {summary['leaks']} leaking: "
-          f"{summary['caught']} caught before "
-          f"their OOM (min lead {'-' if summary['min_lead_h'] is None else str(summary['min_lead_h']) + ' h'}), "
-          f"{summary['rotations']} rotation(s), "
-          f"{summary['false_rotations']} false, {summary['replaced']} replaced, {summary['remediations']} "
-          f"remediation(s) applied, {summary['duration_s']:.0f} s")
-    if args.plot:
-        print(f"timeline: {args.plot}")
-    if args.heatmap:
-        print(f"heat map: {args.heatmap}")
-    for key, r in summary["reviews"].items():
-        print(f"review of {key}: {r['verdict']}: {r['message']}{'; ' + r['reverted'] if r['reverted'] else ''}")
-    for pod, r in summary["ladder"].items():
-        peak = "-" if r["peak_in_use_percent"] is None else f"{r['peak_in_use_percent']}%"
-        print(f"ladder, {r['case']} ({pod}): {r['asked']} step(s) asked, {r['effective']} of {r['judged']} judged "
-              f"effective, peak in use {peak} of the limit, {'rotated' if r['rotated'] else 'not rotated'}")
-    if demo.evidence:
-        print("\nthe evidence kept before the latest rotation (memoryguard-kuberay forensics POD):")
-        print(demo.evidence, end="")
+    demoreport.print_text(demo, summary, args)
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     if missed:
-        print(f"demo failed: {missed} of {summary['leaks']} leaking worker(s) were not caught before their OOM",
-              file=sys.stderr)
+        print(f"demo failed: {missed} of {summary['leaks']} leaking worker(s) were not caught before their OOM: "
+              + "; ".join(summary["missed"]), file=sys.stderr)
     if unsaved:
         print(f"demo failed: the ladder's steps freed what {', '.join(unsaved)} gained, and it was rotated all the "
               "same", file=sys.stderr)

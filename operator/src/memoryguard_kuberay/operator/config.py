@@ -95,6 +95,11 @@ ENV: tuple[EnvSetting, ...] = (
                "faster", 0.001, 1e6, attr="time_scale"),
     EnvSetting("EPOCH", Kind.NUMBER, "", "tests and the demo only: the operator's clock starts at this unix time",
                0, 1e11, shown="now", attr="epoch"),
+    EnvSetting("CLOCK_FILE", Kind.TEXT, "", "the demo only: the clock is the time in this file, which the demo's "
+               "world moves on when the operator has caught up (then `TIME_SCALE` is the fastest it may run)",
+               attr="clock_file"),
+    EnvSetting("CLOCK_WAKE_FILE", Kind.TEXT, "", "the demo only, with `CLOCK_FILE`: where the operator says it is "
+               "busy, or until when it is idle", attr="clock_wake_file"),
 )
 _BY_NAME = {s.name: s for s in ENV}
 
@@ -151,6 +156,8 @@ class OperatorConfig:
     drain_rpc_timeout_s: float = _default("DRAIN_RPC_TIMEOUT_SECONDS")  # then evict anyway
     time_scale: float = _default("TIME_SCALE")  # demo and tests only: the operator clock runs this much faster
     epoch: float | None = _default("EPOCH")  # ... from this unix time
+    clock_file: str = _default("CLOCK_FILE")  # demo only: the time is this file's (core/sharedclock.py)
+    clock_wake_file: str = _default("CLOCK_WAKE_FILE")  # ... and the operator says here when it is idle
     sidecar_image: str = _default("SIDECAR_IMAGE")  # injected when a guard names no image
     # What guards may put into pods (trust.py): allowed sidecar image
     # repositories (default: sidecar_image's), jemalloc libraries, and the

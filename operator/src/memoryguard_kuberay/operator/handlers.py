@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -94,11 +95,22 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.shards_task = asyncio.create_task(_keep_shards(shards, metrics, memo.get("identity") or "standalone"))
     memo.ctx = guardstate.OperatorContext(
         kube=kube, events=events, drainer=drainer, pods=PodCaches(kube, watch_timeout_s=cfg.watch_timeout_s),
-        clock=Clock(cfg.time_scale, cfg.epoch), metrics=metrics, sidecar_image=cfg.sidecar_image, trust=cfg.trust,
+        clock=_clock(cfg, events), metrics=metrics, sidecar_image=cfg.sidecar_image, trust=cfg.trust,
         ray_forensics=cfg.drain, roster=GuardRoster(kube, limit=cfg.max_guards_per_namespace), shards=shards,
         native_sidecars=kuberayrules.native_sidecars(await kube.server_minor()), admission=bool(cfg.admission_port))
     pool = memo.ctx.pod_pool
     metrics.count_connections(lambda: (pool.opened, pool.reused))
+
+
+def _clock(cfg: config.OperatorConfig, events: EventPoster) -> Clock:
+    """The wall's, faster for the tests, or the demo world's (its files),
+    which also waits for the Events a cycle queued."""
+    if not cfg.clock_file:
+        return Clock(cfg.time_scale, cfg.epoch)
+    clock = Clock(cfg.time_scale, cfg.epoch, shared=Path(cfg.clock_file),
+                  wake=Path(cfg.clock_wake_file) if cfg.clock_wake_file else None)
+    clock.pending.append(events.busy)
+    return clock
 
 
 async def _keep_shards(shards: AllShards | ShardKeeper, metrics: OperatorMetrics, identity: str) -> None:
@@ -140,6 +152,7 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
     counted: int | None = None  # its pods, as the last cycle to count them found them
     term = -1
     ctx.shards.enlist(ns, nm)
+    ctx.clock.enlist(f"{ns}/{nm}")
     try:
         while not stopped:
             if held is not None and (not ctx.shards.holds_guard(ns, nm) or ctx.shards.term(ns, nm) != term):
@@ -168,8 +181,9 @@ async def guard(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str | N
                     ended = guarding.Ended(15.0)
             counted = ended.pods if ended.pods is not None else counted
             ctx.shards.weigh(ns, nm, counted)  # shards are placed by their pods
-            await stopped.wait(ctx.clock.real_seconds(ended.delay_s))
+            await ctx.clock.sleep(ended.delay_s, stopped, f"{ns}/{nm}")
     finally:
+        ctx.clock.delist(f"{ns}/{nm}")
         ctx.shards.delist(ns, nm)
         if held is not None:
             await guarding.close(held)

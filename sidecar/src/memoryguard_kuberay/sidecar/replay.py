@@ -6,6 +6,8 @@ uses. The trace's row at ``t_s`` becomes visible when the clock reaches
 ``start + t_s`` and is stamped with that time, so the operator sees the pod
 exactly as it would have lived, in 1/N of the time. With the defaults
 (epoch and start = now) a trace simply plays from the sidecar's start.
+With ``--clock-file`` (the demo) the clock is instead the time the demo's
+world writes there (core/sharedclock.py), and the wall is not read.
 
 A trace is what a pod did when nobody asked it anything. Given the pod's
 pressure file (``--replay-pressure-file``: what the ladder asked, as the
@@ -24,7 +26,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from memoryguard_kuberay.core import pressure
+from memoryguard_kuberay.core import pressure, sharedclock
 from memoryguard_kuberay.core.policy.ladder import Rung
 from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.simulate import NO_EFFECTS, Freeing, StepEffects
@@ -33,7 +35,7 @@ from memoryguard_kuberay.core.simulate import NO_EFFECTS, Freeing, StepEffects
 class ReplayFeed:
     def __init__(self, samples: Sequence[Sample], *, speed: float, epoch_s: float,
                  start_s: float | None = None, effects: StepEffects = NO_EFFECTS,
-                 pressure_file: Path | None = None) -> None:
+                 pressure_file: Path | None = None, clock_file: Path | None = None) -> None:
         if speed <= 0:
             raise ValueError("speed must be positive")
         self.samples = samples
@@ -43,6 +45,7 @@ class ReplayFeed:
         self.next = 0
         self.effects = effects
         self.pressure_file = pressure_file
+        self.clock_file = clock_file
         self.freeing = Freeing()
         self.answered: tuple[str, str | None] | None = None  # the last step answered: (step, since)
         self.pending: tuple[float, float] | None = None  # a step read, not yet answered: (share, its time)
@@ -53,6 +56,8 @@ class ReplayFeed:
         return self.next >= len(self.samples)
 
     def clock(self, wall_s: float) -> float:
+        if self.clock_file is not None:
+            return sharedclock.read_time(self.clock_file)
         return self.epoch_s + (wall_s - self.epoch_s) * self.speed
 
     def due(self, wall_s: float) -> list[Sample]:

@@ -2,13 +2,22 @@
 sidecar processes replaying traces at each pod's own loopback IP, and the
 real operator as a process (``memoryguard-kuberay operator``) talking to the
 emulated API through a kubeconfig, on an accelerated clock shared with the
-sidecars. Only the API server and KubeRay are stand-ins."""
+sidecars. Only the API server and KubeRay are stand-ins.
+
+The clock runs on the wall, ``speed`` times faster, or (``lockstep``, the
+demo) it is a time the world writes to a file (core/sharedclock.py) and
+moves on at ``speed`` at most, never while the operator is in a cycle or
+KubeRay's stand-in is making or ending pods, and never past the time the
+operator next has work: every run then tells the same story, however busy
+the machine (issue 61, 1)."""
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import socket
@@ -22,6 +31,7 @@ from typing import Any
 import yaml
 
 from memoryguard_kuberay.core import constants as C
+from memoryguard_kuberay.core import sharedclock
 from memoryguard_kuberay.core.simulate import NO_EFFECTS, StepEffects
 
 from .api import EmulatedApi
@@ -31,6 +41,11 @@ from .sidecar_faults import SidecarProxy
 
 BIN = Path(sys.executable).parent
 SIDECAR_PORT = 19108
+TICK_S = 0.02  # how often a lockstep world looks whether it may move its clock on
+# A lockstep world held this long by one process moves on all the same (and
+# counts it): a stuck process must not stop the story for ever.
+HOLD_LIMIT_S = 30.0
+log = logging.getLogger(__name__)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -108,9 +123,65 @@ class World:
     # pod's pressure file, which show_pressure keeps as the kubelet would).
     effects_for: Callable[[dict[str, Any]], StepEffects] = lambda pod: NO_EFFECTS
     pressure_files: dict[str, Path] = dataclasses.field(default_factory=dict)  # pod name -> its pressure file
+    time_file: Path | None = None  # lockstep: the shared time (core/sharedclock.py), which this world moves on
+    moves: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # lockstep: (wall, time) each move
+    wake_files: dict[int, Path] = dataclasses.field(default_factory=dict)  # lockstep: operator pid -> its wake file
+    forced: int = 0  # lockstep: times the clock moved on past a process that held it HOLD_LIMIT_S
+    ceiling: float = float("inf")  # lockstep: the clock waits here until whoever drives the world moves it
+    event_times: dict[str, float] = dataclasses.field(default_factory=dict)  # Event name -> the clock when posted
 
     def clock(self, wall: float | None = None) -> float:
-        return self.epoch + ((time.time() if wall is None else wall) - self.epoch) * self.speed
+        """The time now, or at the wall time ``wall`` (an eviction's, an Event's)."""
+        if self.time_file is None:
+            return self.epoch + ((time.time() if wall is None else wall) - self.epoch) * self.speed
+        if wall is None:
+            return self.moves[-1][1]
+        i = bisect.bisect_right(self.moves, (wall, float("inf")))
+        return self.moves[max(0, i - 1)][1]
+
+    def reached_speed(self) -> float:
+        """Lockstep: how much faster than the wall the clock went, on average."""
+        (w0, t0), (w1, t1) = self.moves[0], self.moves[-1]
+        return (t1 - t0) / (w1 - w0) if w1 > w0 else 0.0
+
+    def move_time(self, t: float) -> None:
+        assert self.time_file is not None
+        sharedclock.write_time(self.time_file, t)
+        self.moves.append((time.time(), t))
+
+    def may_move_to(self) -> float | None:
+        """Lockstep: how far the clock may go now; None while someone is busy."""
+        if self.kuberay.tasks or self.api.changed.is_set():
+            return None  # pods being made, started or ended; or a change KubeRay has not seen yet
+        alive = [proc for proc in self.operators if proc.returncode is None]
+        if not alive:
+            # Before the operator is up the world waits for it; after it
+            # ended (a crash) nothing can catch up any more.
+            return None if not self.operators else float("inf")
+        wakes = [sharedclock.read_wake(self.wake_files[proc.pid]) for proc in alive]
+        return None if None in wakes else min(w for w in wakes if w is not None)
+
+    async def keep_time(self, stop: asyncio.Event) -> None:
+        """Lockstep: move the clock on, at ``speed`` at most, as far as every
+        process has caught up."""
+        last = held = time.monotonic()
+        while not stop.is_set():
+            await asyncio.sleep(TICK_S)
+            now = time.monotonic()
+            step, last = (now - last) * self.speed, now
+            t = self.clock()
+            if t >= self.ceiling:
+                held = now  # the world's driver holds it, not a process
+                continue
+            limit = self.may_move_to()
+            if limit is None or limit <= t:
+                if now - held < HOLD_LIMIT_S:
+                    continue
+                self.forced += 1
+                log.warning("the clock held %.0f s at %.0f s: moved on all the same", now - held, t - self.epoch)
+                limit = float("inf")
+            held = now
+            self.move_time(min(t + step, limit, self.ceiling))
 
     async def start_pod(self, pod: dict[str, Any]) -> SidecarProcess:
         ip, name = pod["status"]["podIP"], pod["metadata"]["name"]
@@ -132,7 +203,9 @@ class World:
             "--speed", str(self.speed), "--epoch", str(self.epoch), "--start", str(start),
             "--interval", "1", "--window", "21600", "--pod-uid", pod["metadata"]["uid"], "--pod-name", name,
             # A pod of its own: its evidence lists its session's processes, never this machine's others.
-            "--process-scope", "session", *answering, stdout=log, stderr=log, start_new_session=True)
+            "--process-scope", "session", *answering,
+            *(["--clock-file", str(self.time_file)] if self.time_file else []),
+            stdout=log, stderr=log, start_new_session=True)
         sc = SidecarProcess(proc, f"http://{ip}:{port}", start, Path(trace))
         self.sidecars[name] = sc
         if self.proxied:
@@ -155,20 +228,31 @@ class World:
         part.write_text(value, encoding="utf-8")
         os.replace(part, path)  # whole, as the kubelet's atomic writer swaps it
 
+    def note_event(self, plural: str, event: str, obj: dict[str, Any]) -> None:
+        """When each Event was posted, on this world's clock (an Event's own
+        timestamps are the wall's, to the second: a quarter of an hour at 900x)."""
+        if plural == "events" and event == "ADDED":
+            self.event_times.setdefault(obj["metadata"]["name"], self.clock())
+
     async def start_operator(self, *, extra_env: dict[str, str] | None = None,
                              shards: int = 0) -> asyncio.subprocess.Process:
         """The real operator as a process; ``shards``: one of several
         replicas sharing that many shards on Leases default/memoryguard-operator-shard-<i>."""
         self.metrics_port = free_port("127.0.0.1")
+        shared: dict[str, str] = {}
+        wake = self.workdir / f"wake-operator-{len(self.operators)}"
+        if self.time_file is not None:
+            shared = {"MEMORYGUARD_CLOCK_FILE": str(self.time_file), "MEMORYGUARD_CLOCK_WAKE_FILE": str(wake)}
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "MEMORYGUARD_TIME_SCALE": str(self.speed),
                "MEMORYGUARD_EPOCH": str(self.epoch), "MEMORYGUARD_METRICS_HOST": "127.0.0.1",
                "MEMORYGUARD_METRICS_PORT": str(self.metrics_port), "MEMORYGUARD_DRAIN": "false",
-               "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60", **(extra_env or {})}
+               "MEMORYGUARD_WATCH_TIMEOUT_SECONDS": "60", **shared, **(extra_env or {})}
         log = open(self.workdir / f"operator-{len(self.operators)}.log", "wb")  # noqa: SIM115
         proc = await asyncio.create_subprocess_exec(
             str(BIN / "memoryguard-kuberay"), "operator", "--standalone", "-n", "default",
             *([f"--shards={shards}", "--lease-namespace", "default"] if shards else []), stdout=log, stderr=log,
             env=env)
+        self.wake_files[proc.pid] = wake
         self.operators.append(proc)
         return proc
 
@@ -225,26 +309,35 @@ def write_kubeconfig(path: Path, server_url: str) -> Path:
 @contextlib.asynccontextmanager
 async def world(workdir: Path, trace_for: Callable[[dict[str, Any]], Any], *, speed: float = 600.0,
                 replace_delay_s: float | None = 0.3, proxied: bool = False,
-                kuberay_crd: Path | None = None) -> AsyncIterator[World]:
+                kuberay_crd: Path | None = None, lockstep: bool = False) -> AsyncIterator[World]:
     api = EmulatedApi()
     load_crds(api, kuberay_crd)
     api.put("namespaces", {"metadata": {"name": "default"}})
     async with api, EmulatorServer(api, host="127.0.0.1") as server:
         url = f"http://127.0.0.1:{server.port}"
         kubeconfig = write_kubeconfig(workdir / "kubeconfig", url)
+        # Lockstep: the story starts on the hour, so that every run's cycles
+        # fall at the same times of it.
+        epoch = time.time() // 3600 * 3600 if lockstep else time.time()
         w = World(api=api, server_url=url, kubeconfig=kubeconfig, kuberay=None, speed=speed,  # type: ignore[arg-type]
-                  epoch=time.time(), workdir=workdir, trace_for=trace_for, proxied=proxied)
+                  epoch=epoch, workdir=workdir, trace_for=trace_for, proxied=proxied)
+        if lockstep:
+            w.time_file = workdir / "time"
+            w.move_time(epoch)
         w.kuberay = KubeRayStandIn(api, w.start_pod, replace_delay_s=replace_delay_s)
         api.observers.append(w.show_pressure)
+        api.observers.append(w.note_event)
         stop = asyncio.Event()
-        task = asyncio.create_task(w.kuberay.run(stop))
+        tasks = [asyncio.create_task(w.kuberay.run(stop))]
+        if lockstep:
+            tasks.append(asyncio.create_task(w.keep_time(stop)))
         try:
             yield w
         finally:
             for op in w.operators:
                 await w.stop_operator(op)
             stop.set()
-            await task
+            await asyncio.gather(*tasks)
             for proxy in w.proxies.values():
                 await proxy.close()
             for sc in w.sidecars.values():

@@ -37,7 +37,12 @@ class EventPoster:
         self.kube = kube
         self.queue: asyncio.Queue[PendingEvent] = asyncio.Queue(maxsize=size)
         self.dropped = 0
+        self.posting = False
         self._task: asyncio.Task[None] | None = None
+
+    def busy(self) -> bool:
+        """Events queued or being posted (the demo's shared clock waits for them)."""
+        return self.posting or not self.queue.empty()
 
     def post(self, event: PendingEvent) -> None:
         try:
@@ -53,12 +58,14 @@ class EventPoster:
     async def _run(self) -> None:
         while True:
             e = await self.queue.get()
+            self.posting = True
             try:
                 await self.kube.event(namespace=e.namespace, involved=e.involved, reason=e.reason,
                                       message=e.message, warning=e.warning)
             except Exception:  # reporting never ends the poster
                 log.exception("posting Event %s failed", e.reason)
             finally:
+                self.posting = False
                 self.queue.task_done()
 
     async def close(self, *, flush_s: float = 5.0) -> None:
