@@ -139,3 +139,44 @@ def test_a_guard_nobody_guards_reads_as_such() -> None:
     assert "Healthy" in row["fresh"] and "Unknown" in row["old"], text
     assert "NOT GUARDED: ray-a/old: no operator has run its cycle for 2 m" in text, text
     assert "NOT GUARDED: ray-a/never" in text and "NOT GUARDED: ray-a/fresh" not in text
+
+
+def test_at_80_columns_no_verdict_is_cut() -> None:
+    """Issue 61, 6: at 80 columns VERDICT read "PodNotRu", "Proj": where the
+    table cannot fit whole, a pod a line, its verdict and figures under it."""
+    long_pod = "raycluster-kuberay-workergroup-worker-abcde"
+    guards = [_guard("ray-production", "leak-guard-for-serving",
+                     {long_pod: _pod(28 * GIB, 900, "ProjectedOOM"), "w-2": _pod(10 * GIB, None, "PodNotRunning")})]
+    out = io.StringIO()
+    Console(file=out, width=80).print(topview.screen(guards, title="T"))
+    text = out.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    lines = text.splitlines()
+    at = lines.index(long_pod)
+    assert lines[at + 1].split() == ["ProjectedOOM", "OOM", "in", "15", "m", "28.0", "GiB", "88%"], text
+    assert "PodNotRunning" in text and "a pod a line at this width" in text
+
+
+def test_a_guard_with_no_pods_is_listed_with_why() -> None:
+    # Issue 61, 6: a guard whose cluster was not found, or whose spec was
+    # refused, was not listed at all.
+    missing = {"metadata": {"namespace": "ray-a", "name": "typo"}, "status": {"pods": {}, "conditions": [
+        {"type": "Ready", "status": "False", "reason": "ClusterNotFound",
+         "message": "RayCluster ray-a/raycluter not found; nearest: raycluster"}]}}
+    out = io.StringIO()
+    Console(file=out, width=160).print(topview.screen([missing, *GUARDS[:1]], title="T"))
+    text = out.getvalue()
+    assert "ray-a/typo: no pods guarded: ClusterNotFound: RayCluster ray-a/raycluter not found" in text, text
+    assert "ray-a/g1: no pods guarded" not in text
+
+
+def test_a_dry_runs_plans_are_among_the_last_actions() -> None:
+    # Issue 61, 6: in dry run "last actions: none yet" stayed while rotations and steps were planned.
+    from memoryguard_kuberay.operator.clock import micro_time
+
+    g = _guard("ray-a", "dry", {"w": _pod(30 * GIB, 600, "ProjectedOOM")})
+    g["status"].update(lastActionBrief="WorkerRotationPlanned w", lastActionTime=micro_time(5_000.0))
+    assert topview.actions([g]) == [(5_000.0, "ray-a/dry: WorkerRotationPlanned w")]
+    out = io.StringIO()
+    Console(file=out, width=160).print(topview.screen([g], title="T"))
+    assert "last actions: none yet" not in out.getvalue() and "ray-a/dry: WorkerRotationPlanned w" in out.getvalue()

@@ -79,6 +79,8 @@ def status_schema() -> dict[str, Any]:
         lastAction={"type": "string", "nullable": True, "description": "The last Event's reason and message."},
         lastActionBrief={"type": "string", "nullable": True,
                          "description": "The last action's reason and object, at most 60 characters."},
+        lastActionTime={"type": "string", "format": "date-time", "nullable": True,
+                        "description": "When the last action was said (RFC 3339), on the operator's clock."},
         lastCycleTime={"type": "string", "format": "date-time", "nullable": True, "description": (
             "When an operator last ran this guard's cycle (RFC 3339): written at least every "
             "max(sampling.intervalSeconds, 60 s) while an operator guards it; older than twice that and an "

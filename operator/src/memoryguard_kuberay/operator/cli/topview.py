@@ -121,6 +121,11 @@ def actions(guards: Iterable[Mapping[str, Any]]) -> list[tuple[float, str]]:
             if isinstance(r, Mapping):
                 out.append((parse_time(r.get("finishedAt")) or 0.0,
                             f"{where}: {r.get('outcome') or 'rotated'} {r.get('pod')} ({r.get('reason')})"))
+        # What it said last, a dry run's plans and the ladder's steps among
+        # it (issue 61, 6: "none yet" stayed while a dry run planned).
+        said, at = _map(g.get("status")).get("lastActionBrief"), parse_time(_map(g.get("status")).get("lastActionTime"))
+        if isinstance(said, str) and said and at is not None:
+            out.append((at, f"{where}: {said}"))
     return sorted(out, key=lambda a: a[0], reverse=True)[:ACTIONS_SHOWN]
 
 
@@ -184,6 +189,18 @@ class PodTable:
         if not self._fits(widths, shown, options.max_width):
             rows = [_cells(p, compact=True) for p in self.lines]
             widths = {c: max([len(c), *(len(str(r[c])) for r in rows)]) for c in COLUMNS}
+        if not self._fits(widths, shown, options.max_width):
+            # Still too narrow (80 columns and KubeRay's long pod names): a
+            # pod a line, its verdict and figures under it, none cut (issue
+            # 61, 6: VERDICT read "PodNotRu", "Proj").
+            yield Text(self.title, style="bold")
+            for r in rows:
+                yield Text(str(r["POD"]))
+                pad = " " * (widths["VERDICT"] - len(str(r["VERDICT"])))
+                yield Text.assemble("    ", r["VERDICT"], pad, f"  OOM in {r['OOM IN']!s:>{widths['OOM IN']}}  ",
+                                    str(r["WORKING SET"]))
+            yield Text("(a pod a line at this width; a wider screen shows the table)", style="dim")
+            return
         table = Table(title=self.title, title_justify="left", expand=False, header_style="bold")
         for c in shown:
             table.add_column(c, justify="right" if c in RIGHT else "left", no_wrap=True, min_width=widths[c])
@@ -210,6 +227,24 @@ def unguarded(guards: Iterable[Mapping[str, Any]], now: float) -> dict[tuple[str
     return out
 
 
+def podless(guards: Iterable[Mapping[str, Any]], lines: Sequence[PodLine]) -> list[tuple[str, str]]:
+    """The guards with no pod in view, and why, as their conditions say (a
+    cluster not found, a spec refused): they were not listed at all (issue
+    61, 6)."""
+    seen = {(p.namespace, p.guard) for p in lines}
+    out = []
+    for g in guards:
+        meta = _map(g.get("metadata"))
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        if key in seen:
+            continue
+        conds = [c for c in _list(_map(g.get("status")).get("conditions")) if isinstance(c, Mapping)]
+        false = [c for c in conds if c.get("type") in ("Ready", "Reporting") and c.get("status") != "True"]
+        why = f"{false[0].get('reason', '?')}: {false[0].get('message', '')}" if false else "no status written yet"
+        out.append((f"{key[0]}/{key[1]}", why[:200]))
+    return out
+
+
 def screen(guards: Sequence[Mapping[str, Any]], *, title: str, note: str = "", limit: int = 40,
            now: float | None = None) -> RenderableType:
     """The whole view: one table of pods (at most ``limit``), then actions.
@@ -229,6 +264,8 @@ def screen(guards: Sequence[Mapping[str, Any]], *, title: str, note: str = "", l
         parts.append(Text(f"... and {len(lines) - limit} more pod(s), further from harm", style="dim"))
     if not lines:
         parts.append(Text("no guarded pods (no MemoryGuard here, or none has written its status yet)", style="dim"))
+    for g, why in podless(guards, lines):
+        parts.append(Text(f"{g}: no pods guarded: {why}", style="yellow"))
     done = actions(guards)
     parts.append(Text("\nlast actions:" if done else "\nlast actions: none yet", style="bold"))
     parts += [Text(f"  {when(t)}  {what}") for t, what in done]

@@ -144,7 +144,8 @@ async def _write(g: Guard, guard: Mapping[str, Any], decided: Decided) -> Decide
     ends)."""
     status = dict(decided.status)
     if decided.says:
-        status.update(lastAction=decided.says[-1].last_action, lastActionBrief=decided.says[-1].brief)
+        status.update(lastAction=decided.says[-1].last_action, lastActionBrief=decided.says[-1].brief,
+                      lastActionTime=micro_time(g.ctx.clock.now()))
     if status:
         await write_status(g, status)
     for said in decided.says:
