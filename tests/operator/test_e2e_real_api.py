@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from memoryguard_kuberay.core import constants as C
 from memoryguard_kuberay.operator.rayclusters.injection import SIDECAR_NAME
 
 from ..devworld import world
@@ -138,15 +139,26 @@ async def test_uninstall_without_the_operator_says_what_is_stuck(tmp_path: Path)
     async with world(tmp_path, by_worker_index(set())) as w:
         stuck = guard()
         stuck["metadata"]["finalizers"] = ["kopf.zalando.org/KopfFinalizerMarker"]  # as kopf leaves it
+        stuck["status"] = {"forensics": {"latest": "memoryguard-forensics-w-2"},
+                           "remediations": {"rc/workers/jemalloc": {"verdict": "Pending"}}}
         w.api.put("memoryguards", stuck)
-        # A dry run says what it would delete, and deletes nothing (issue 42, 5).
+        for n in (1, 2):  # the evidence it kept, as the operator labels it
+            labels = {C.LABEL_GUARD: "leak-guard", C.LABEL_ARTIFACT: "forensics"}
+            w.api.put("configmaps", {"metadata": {"name": f"memoryguard-forensics-w-{n}", "namespace": "default",
+                                                  "labels": labels}, "data": {}})
+        # A dry run says what it would delete, and deletes nothing (issue 42, 5),
+        # on standard output, with the evidence that would go with it (issue 61, 7).
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "memoryguard_kuberay", "uninstall", "--dry-run",
             env={**os.environ, "KUBECONFIG": str(w.kubeconfig)}, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT)
+            stderr=asyncio.subprocess.PIPE)
         out, _ = await asyncio.wait_for(proc.communicate(), 30)
         assert proc.returncode == 0 and "would delete 1 MemoryGuard(s) in every namespace: default/leak-guard" in \
             out.decode(), out.decode()
+        assert "its kept evidence goes with it (owned by the guard): memoryguard-forensics-w-1, " \
+               "memoryguard-forensics-w-2; to keep it first: kubectl get configmap -n default -l " \
+               f"{C.LABEL_GUARD}=leak-guard,{C.LABEL_ARTIFACT}=forensics" in out.decode(), out.decode()
+        assert "takes back what it applied: rc/workers/jemalloc" in out.decode(), out.decode()
         assert not (w.api.get("memoryguards", "default", "leak-guard") or {})["metadata"].get("deletionTimestamp")
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "memoryguard_kuberay", "uninstall", "--timeout", "2",
@@ -154,3 +166,4 @@ async def test_uninstall_without_the_operator_says_what_is_stuck(tmp_path: Path)
             stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(proc.communicate(), 30)
         assert proc.returncode == 1 and "default/leak-guard" in out.decode(), out.decode()
+        assert "default/leak-guard: its kept evidence goes with it" in out.decode(), out.decode()
