@@ -758,7 +758,7 @@ def test_the_ladder_brings_garbage_and_a_cache_back_without_a_rotation(world: Wo
         def judged(name: str) -> list[str]:
             return [e["message"] for e in w.events("PressureStepJudged") if e["message"].startswith(f"{name}: ")]
 
-        w.wait_for(lambda: all(any(m.endswith(": effective") for m in judged(n)) for n in pods.values()), 720,
+        w.wait_for(lambda: all(any(": effective (" in m for m in judged(n)) for n in pods.values()), 720,
                    f"a step judged effective in each of {pods}; judged so far: "
                    f"{ {n: judged(n) for n in pods.values()} }")
         now = time.time()

@@ -19,24 +19,23 @@ and each judged by its effect before the next is tried:
   not move a pod whose growth the policy projects to the limit within the
   shed horizon.
 
-A step is judged ``ladder.settleSeconds`` after it was asked, with the
-policy's own estimators: memory in use freed since the step, and the creep
-(Theil-Sen over the one-minute means the rapid-growth rule reads) in the
-settle time after the step against the same time before it. Effective: at
-least ``ladder.minFreedPercent`` of the limit freed, or the creep at most
-halved by more than the policy's floor of growth. An effective step steps
-the pod back down; an ineffective one escalates where the level warrants
-it, else the step stays in effect, judged once. A step asked while the store
-was pressed is also effective when it emptied the store by that share
-(freed objects leave the store's pages in the pod's shared memory, so memory
-in use alone would not show it). A store Ray spills from is no pressure: a
-pipeline filling it is working as designed (the policy's own store rules
-read it so). The store's last rung is the policy's: ``ObjectStoreFull`` and
-``ObjectStoreFilling`` rotate as before.
+A step is judged ``ladder.settleSeconds`` after it was asked, with the policy's
+own estimators: memory in use freed since the step, and the creep (Theil-Sen
+over the one-minute means the rapid-growth rule reads) in the settle time after
+the step against the same time before it. Effective: at least
+``ladder.minFreedPercent`` of the limit freed, or the creep at most halved by
+more than the policy's floor of growth. An effective step steps the pod back
+down; an ineffective one escalates where the level warrants it, else the step
+stays in effect, judged once. A step asked while the store was pressed is also
+effective when it emptied the store by that share (freed objects leave the
+store's pages in the pod's shared memory, so memory in use alone would not show
+it). A store Ray spills from is no pressure: a pipeline filling it is working
+as designed (the policy's own store rules read it so). The store's last rung is
+the policy's: ``ObjectStoreFull`` and ``ObjectStoreFilling`` rotate as before.
 
-Purely computational: no clock, no I/O. The operator and ``simulate`` call
-the same ``climb``; what a pod was asked is kept on the pod (its
-annotation, read back by the operator) as a ``Step``.
+Purely computational: no clock, no I/O. The operator and ``simulate`` call the
+same ``climb``; what a pod was asked is kept on the pod (its annotation, read
+back by the operator) as a ``Step``.
 """
 
 from __future__ import annotations
@@ -104,7 +103,7 @@ class Step:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Judgement:
-    """A step's measured effect."""
+    """A step's measured effect, and in ``message`` why (issue 61, 7)."""
 
     rung: Rung
     effect: Effect
@@ -256,8 +255,7 @@ def judge_step(step: Step, decision: Decision, window: PodWindow, settings: Poli
     freed_enough = ceiling > 0 and freed >= needed
     slowed = (before is not None and after is not None and before > noise
               and after <= EFFECTIVE_CREEP_RATIO * before and before - after > noise)
-    # Only for a step asked while the store was pressed: a pipeline's store
-    # moves by more than this on its own, and would pass any memory step.
+    # Only for a step asked while the store was pressed (a pipeline's store moves more on its own).
     store_after = ev.store_fraction if step.store_fraction is not None else None
     store_emptied = (store_after is not None and step.store_fraction is not None
                      and step.store_fraction - store_after >= settings.ladder_min_freed_fraction)
@@ -266,10 +264,12 @@ def judge_step(step: Step, decision: Decision, window: PodWindow, settings: Poli
              f"{fmt_rate(after) if after is not None else 'unknown'}")
     store = (f", object store {step.store_fraction:.0%} -> {store_after:.0%}"
              if step.store_fraction is not None and store_after is not None else "")
-    word = "effective" if effect is Effect.EFFECTIVE else "no effect"
+    why = ("freed more than its own swing" if freed_enough else "its creep at least halved" if slowed
+           else "the object store emptied" if store_emptied else f"freeing needed {fmt_bytes(needed)} (its own "
+           f"swing, or {settings.ladder_min_freed_fraction:.0%} of the limit) and the creep did not halve")
     message = (f"{step.rung.value.lower()} {fmt_duration(now_s - step.since_s)} ago: "
                f"{'freed ' + fmt_bytes(freed) if freed >= 0 else 'grew ' + fmt_bytes(-freed)}, {creep}{store}: "
-               f"{word}")
+               f"{'effective' if effect is Effect.EFFECTIVE else 'no effect'} ({why})")
     return Judgement(step.rung, effect, freed, before, after, now_s - step.since_s, message, store_after)
 
 
