@@ -38,16 +38,19 @@ from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
 from memoryguard_kuberay.core.simulate import replay
 from memoryguard_kuberay.core.tracegen import Shape, generate, labels_for
 from memoryguard_kuberay.core.traces import read_labels
+from memoryguard_kuberay.core.detectionshapes import (
+    growing_peaks_shapes,
+    kernel_shapes,
+    lowered_limit_shapes,
+    spill_stall_shapes,
+)
 from memoryguard_kuberay.core.traceshapes import (
     BEHAVIOURS,
     behaviour_shape,
     field_shapes,
-    kernel_shapes,
-    lowered_limit_shapes,
     ramp_after_flat_shapes,
     random_shapes,
     sawtooth_after_flat_shapes,
-    spill_stall_shapes,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +103,7 @@ SETS: dict[str, tuple[str, Callable[[], Iterator[Trace]]]] = {
     "kernel-5959": ("read", lambda: _drawn(kernel_shapes(8, 5959))),
     "spill-stall-5960": ("read", lambda: _drawn(spill_stall_shapes(12, 5960))),
     "limit-lowered-5961": ("read", lambda: _drawn(lowered_limit_shapes(12, 5961))),
+    "peaks-growing-5962": ("read", lambda: _drawn(growing_peaks_shapes(12, 5962))),
     "ramps-after-flat": ("limit", lambda: _drawn(ramp_after_flat_shapes(60, 4242))),
     "sawtooth-after-flat": ("limit", lambda: _drawn(sawtooth_after_flat_shapes(60, 4243))),
 }

@@ -49,6 +49,7 @@ class Shape:
     spike_amp: float = 0.0
     spike_every_s: float = 5400.0
     spike_len_s: float = 120.0
+    spike_grow_per_h: float = 0.0  # the spikes grow by this (of the limit) an hour from leak_start_s; troughs stay
     leak_per_h: float = 0.0
     leak_start_s: float = 0.0
     leak_peak_only: bool = False  # grows only while the daily load is high
@@ -227,7 +228,7 @@ def generate(shape: Shape) -> Iterator[Sample]:
         if shape.ramp_to and t > shape.ramp_at_s:
             frac += shape.ramp_to * min(1.0, (t - shape.ramp_at_s) / shape.ramp_s)
         if shape.spike_amp and (t % shape.spike_every_s) < shape.spike_len_s:
-            frac += shape.spike_amp
+            frac += shape.spike_amp + shape.spike_grow_per_h * max(0.0, t - shape.leak_start_s) / 3600.0
         frac += frac_surge
         if shape.leak_in_surge:
             if t > shape.leak_start_s and flow >= 0.5:

@@ -13,13 +13,14 @@ import dataclasses
 from collections.abc import Callable
 
 from memoryguard_kuberay.core.policy import detectors
+from memoryguard_kuberay.core.policy.projection import Verdict
 from memoryguard_kuberay.core.policy.types import Action, Decision, Evidence, Reason, RotationHistory
 from memoryguard_kuberay.core.policy.window import PodWindow
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_oom_in, fmt_rate
 
 Observation = detectors.Observation
-Detector = Callable[[Observation], detectors.Verdict]
+Detector = Callable[[Observation], Verdict]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +61,8 @@ def evidence_for(obs: Observation) -> Evidence:
         ws_proj = obs.rapid[1]
     elif obs.floor[0].fired and not obs.creep[0].fired:
         ws_proj = obs.floor[1]
+    elif obs.peaks[0].fired and not obs.creep[0].fired:
+        ws_proj = obs.peaks[1]
     node = window.node_ceiling_bytes if not last.memory_max_bytes else None
     if node is not None and obs.node[1] is not None:
         ws_proj = obs.node[1]

@@ -9,8 +9,12 @@ from __future__ import annotations
 import bisect
 import dataclasses
 
+from memoryguard_kuberay.core.policy.envelopes import floor_projection, peaks_projection
 from memoryguard_kuberay.core.policy.projection import (
+    NO,
+    OOM_AT,
     Projection,
+    Verdict,
     envelope_projection,
     fallen_back,
     jumps,
@@ -21,21 +25,10 @@ from memoryguard_kuberay.core.policy.window import HoldTimer, PodWindow, Series
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.units import fmt_bytes, fmt_duration, fmt_oom_in, fmt_rate
 
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    fired: bool
-    note: str = ""
-
-
-NO = Verdict(False)
 PLATEAU_HORIZON_S = 86400.0
 
 
 RESIZE_SETTLE_WINDOWS = 2  # trend windows the trend waits after an in-place resize
-# Memory in use (anon + shmem) meets the OOM killer a little below the limit:
-# the kernel's own memory and the last pages of cache are charged there too.
-OOM_AT = 0.99
 
 
 def creep_projection(window: PodWindow, settings: PolicySettings,
@@ -164,37 +157,6 @@ def left_its_band(series: Series) -> bool:
     return bool(early) and means[-1] - max(early) >= max(early) - min(early)
 
 
-DAY_S = 86400.0
-FLOOR_MIN_SPAN_S = 24 * 3600.0  # a whole day of floors: a daily swing is not a trend
-FLOOR_MIN_TAU = 0.6
-FLOOR_DAY_RISE = 0.6  # of the trend's rise over a day, seen day over day
-
-
-def floor_projection(window: PodWindow, settings: PolicySettings,
-                     now_s: float) -> tuple[Verdict, Projection | None]:
-    """The floor rising: a workload that climbs and drops back every epoch
-    or batch, but never quite as low as before (memory no epoch frees), or a
-    leak too slow and noisy for hours to show. Fitted over a day of two-hour
-    lows; projected with the swing above the floor to the limit."""
-    limit = window.limit_bytes
-    if not limit:
-        return NO, None
-    p = project(window.floor, now_s=now_s, ceiling=OOM_AT * limit,
-                min_slope_per_s=settings.min_growth_fraction_per_h * limit / 3600.0, settings=settings,
-                min_span_s=FLOOR_MIN_SPAN_S, min_tau=FLOOR_MIN_TAU, highest_peaks=True)
-    if p is None or not p.sustained or p.eta_s is None or p.eta_s > settings.horizon_s:
-        return NO, p
-    # Above yesterday's floor at the same hour, by most of what the trend says:
-    # a daily swing fitted over one day can slope, but it comes back.
-    day = int(DAY_S // window.floor.bucket_s)
-    lows = [b.low for b in window.floor.buckets]
-    rises = [lows[i + day] - lows[i] for i in range(len(lows) - day)]
-    if not rises or min(rises) < FLOOR_DAY_RISE * p.slope_per_s * DAY_S:
-        return NO, p
-    return Verdict(True, f"the floor it returns to rises {fmt_rate(p.slope_per_s * 3600)} over a day, "
-                         f"{fmt_oom_in(p.eta_s)}"), p
-
-
 def node_projection(window: PodWindow, settings: PolicySettings,
                     now_s: float) -> tuple[Verdict, Projection | None]:
     """A pod with no memory limit is judged against what it could reach now:
@@ -253,12 +215,14 @@ class Observation:
     rapid: tuple[Verdict, Projection | None]
     floor: tuple[Verdict, Projection | None]
     node: tuple[Verdict, Projection | None]
+    peaks: tuple[Verdict, Projection | None]
 
     @classmethod
     def at(cls, window: PodWindow, settings: PolicySettings, now_s: float) -> Observation:
         return cls(window, settings, now_s, creep_projection(window, settings, now_s),
                    store_projection(window, settings, now_s), rapid_projection(window, settings, now_s),
-                   floor_projection(window, settings, now_s), node_projection(window, settings, now_s))
+                   floor_projection(window, settings, now_s), node_projection(window, settings, now_s),
+                   peaks_projection(window, settings, now_s))
 
 
 # -- the detectors: Observation -> Verdict ---------------------------------------------
@@ -276,6 +240,10 @@ def rapid_growth(obs: Observation) -> Verdict:
 
 def floor_rising(obs: Observation) -> Verdict:
     return obs.floor[0]
+
+
+def peaks_rising(obs: Observation) -> Verdict:
+    return obs.peaks[0]
 
 
 def node_running_out(obs: Observation) -> Verdict:

@@ -11,6 +11,21 @@ from memoryguard_kuberay.core.policy.window import Series, TrendFit
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.units import fmt_duration, fmt_oom_in
 
+# Memory in use (anon + shmem) meets the OOM killer a little below the limit:
+# the kernel's own memory and the last pages of cache are charged there too.
+OOM_AT = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A detector's reading: whether it fired, and what it saw."""
+
+    fired: bool
+    note: str = ""
+
+
+NO = Verdict(False)
+
 
 @dataclasses.dataclass(frozen=True)
 class Projection:
