@@ -33,17 +33,17 @@ from typing import Any
 
 from memoryguard_kuberay.core import scoring
 from memoryguard_kuberay.core.commands import UsageError, load_guard_settings, load_traces
-from memoryguard_kuberay.core.samples import Sample
-from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
-from memoryguard_kuberay.core.simulate import replay
-from memoryguard_kuberay.core.tracegen import Shape, generate, labels_for
-from memoryguard_kuberay.core.traces import read_labels
 from memoryguard_kuberay.core.detectionshapes import (
     growing_peaks_shapes,
     kernel_shapes,
     lowered_limit_shapes,
     spill_stall_shapes,
 )
+from memoryguard_kuberay.core.samples import Sample
+from memoryguard_kuberay.core.settings import PolicySettings, SettingsError
+from memoryguard_kuberay.core.simulate import replay
+from memoryguard_kuberay.core.tracegen import Shape, generate, labels_for
+from memoryguard_kuberay.core.traces import read_labels
 from memoryguard_kuberay.core.traceshapes import (
     BEHAVIOURS,
     behaviour_shape,

@@ -152,3 +152,13 @@ def test_a_watched_climbs_time_left_is_in_the_status_and_the_metrics() -> None:
     text = generate_latest(m.registry).decode()
     assert 'memoryguard_group_projected_oom_seconds{group="g",guard="guard",namespace="ns"} 412.4' in text, text
     assert 'memoryguard_group_projected_oom_seconds{group="h",guard="guard",namespace="ns"} 900.0' in text
+
+
+def test_the_brief_keeps_a_whole_pod_name_with_the_longest_reason() -> None:
+    # Issue 61, 7: the LAST ACTION column cut KubeRay's pod names before their suffix.
+    from memoryguard_kuberay.operator.decided import Say, pod_ref
+    from memoryguard_kuberay.operator.events import EventReason
+
+    name = "raycluster-kuberay-serving-gpu-workergroup-worker-abcde-xyz12"[:63]
+    longest = max(EventReason, key=lambda r: len(r.value))
+    assert Say(longest, "m", (pod_ref(name, "u"),)).brief == f"{longest.value} {name}"

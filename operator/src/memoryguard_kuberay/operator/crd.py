@@ -78,7 +78,8 @@ def status_schema() -> dict[str, Any]:
                         "env and resources): its pods and their median creep, bytes an hour."),
         lastAction={"type": "string", "nullable": True, "description": "The last Event's reason and message."},
         lastActionBrief={"type": "string", "nullable": True,
-                         "description": "The last action's reason and object, at most 60 characters."},
+                         "description": "The last action's reason and object (a whole pod name), at most 100 "
+                                        "characters."},
         lastActionTime={"type": "string", "format": "date-time", "nullable": True,
                         "description": "When the last action was said (RFC 3339), on the operator's clock."},
         lastCycleTime={"type": "string", "format": "date-time", "nullable": True, "description": (

@@ -13,7 +13,10 @@ from typing import Any
 
 from memoryguard_kuberay.operator.events import EventReason
 
-BRIEF_MAX = 60  # a printer column's widest text: `kubectl get memoryguards` stays readable
+# A printer column's widest text (`kubectl get memoryguards -o wide`): the
+# longest reason and a whole pod name (63, KubeRay's with their suffix) fit
+# (at 60 KubeRay's pod names lost their suffix: issue 61, 7).
+BRIEF_MAX = 100
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,9 +61,9 @@ async def _evidence(kube: Kube, guard: Mapping[str, Any]) -> list[str] | None:
     None where they cannot be listed (the chart's hook may not)."""
     meta = guard.get("metadata") or {}
     names: list[str] = []
+    selector = f"{C.LABEL_GUARD}={meta.get('name', '')},{C.LABEL_ARTIFACT}={EVIDENCE}"
     try:
-        async for page, _ in kube.configmap_metadata(
-                str(meta.get("namespace", "")), f"{C.LABEL_GUARD}={meta.get('name', '')},{C.LABEL_ARTIFACT}={EVIDENCE}"):
+        async for page, _ in kube.configmap_metadata(str(meta.get("namespace", "")), selector):
             names += [str((c.get("metadata") or {}).get("name", "")) for c in page if isinstance(c, Mapping)]
     except ApiError:
         return None
