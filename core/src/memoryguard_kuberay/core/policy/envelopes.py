@@ -67,7 +67,8 @@ def peaks_projection(window: PodWindow, settings: PolicySettings,
         return NO, None
     starts, lows, peaks = (series.buckets.column(i) for i in range(3))
     first = next(i for i, t in enumerate(starts) if t >= starts[-1] + series.bucket_s - PEAKS_SPAN_S)
-    ts, lows, peaks = starts[first:], lows[first:], peaks[first:]
+    # At their buckets' middles: a bucket's peak comes anywhere in its two hours.
+    ts, lows, peaks = [t + series.bucket_s / 2 for t in starts[first:]], lows[first:], peaks[first:]
     if ts[-1] - ts[0] + series.bucket_s < PEAKS_MIN_SPAN_S:
         return NO, None
     line, floor = theil_sen(ts, peaks), theil_sen(ts, lows)
