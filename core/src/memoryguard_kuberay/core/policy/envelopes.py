@@ -52,6 +52,7 @@ PEAKS_MIN_TAU = 0.6
 # grows. Growth of the whole (the means, the floor) is the creep's and the
 # floor's to read, with their own checks.
 TROUGHS_FLAT = 0.25
+NEW_HIGH = 0.005
 
 
 def peaks_projection(window: PodWindow, settings: PolicySettings,
@@ -66,6 +67,14 @@ def peaks_projection(window: PodWindow, settings: PolicySettings,
     if not limit or series.buckets.size < 2:
         return NO, None
     starts, lows, peaks = (series.buckets.column(i) for i in range(3))
+    # Still making new highs: the newest peak above every earlier one of the
+    # day and a bit by NEW_HIGH of the limit. Bursts to the same height
+    # every hour, their heights jittering, read as a slope now and then
+    # (a healthy pod bursting to 98% was rotated so).
+    open_peak = series.open.peak if series.open is not None and series.open.n else 0.0
+    newest = max(peaks[-1], open_peak)
+    if len(peaks) < 2 or newest - max(peaks[:-1]) < NEW_HIGH * limit:
+        return NO, None
     first = next(i for i, t in enumerate(starts) if t >= starts[-1] + series.bucket_s - PEAKS_SPAN_S)
     # At their buckets' middles: a bucket's peak comes anywhere in its two hours.
     ts, lows, peaks = [t + series.bucket_s / 2 for t in starts[first:]], lows[first:], peaks[first:]
@@ -75,9 +84,8 @@ def peaks_projection(window: PodWindow, settings: PolicySettings,
     min_slope = settings.min_growth_fraction_per_h * limit / 3600.0
     if line is None or floor is None or line.slope < min_slope or line.tau < PEAKS_MIN_TAU:
         return NO, None
-    # Now: the highest of the newest peaks (the open bucket's among them), or the line's, whichever is higher.
-    open_peak = series.open.peak if series.open is not None and series.open.n else 0.0
-    level = max(peaks[-1], open_peak, line.at(now_s))
+    # Now: the newest peak (the open bucket's among them), or the line's, whichever is higher.
+    level = max(newest, line.at(now_s))
     eta = max(0.0, (OOM_AT * limit - level) / line.slope)
     p = Projection(slope_per_s=line.slope, level=level, eta_s=eta, sustained=True, why_not="")
     if floor.slope > TROUGHS_FLAT * line.slope or eta > settings.horizon_s:
