@@ -110,14 +110,15 @@ SETS: dict[str, tuple[str, Callable[[], Iterator[Trace]]]] = {
 
 
 def first_rotations(settings: PolicySettings, name: str) -> tuple[str, dict[str, dict[str, Any]], float]:
-    """Every trace of set ``name``: its first rotation, the rule, its labels."""
+    """Every trace of set ``name``: its first rotation, the rule and its message, its labels."""
     started = time.process_time()
     out: dict[str, dict[str, Any]] = {}
     for trace, samples, labels in SETS[name][1]():
         result = replay(trace, samples, settings)
-        rule = next((td.decision.reason.value for td in result.decisions
-                     if td.decision.action.value == "rotate"), "")
-        out[trace] = {"first_rotation_s": result.first_rotation_s, "rule": rule, "labels": labels}
+        first = next((td.decision for td in result.decisions if td.decision.action.value == "rotate"), None)
+        # Its message says which of a rule's detectors fired (ProjectedOOM: the creep, the floor or the peaks).
+        out[trace] = {"first_rotation_s": result.first_rotation_s, "rule": first.reason.value if first else "",
+                      "message": first.message[:400] if first else "", "labels": labels}
     return name, out, time.process_time() - started
 
 
