@@ -8,7 +8,7 @@ computational."""
 
 from __future__ import annotations
 
-from memoryguard_kuberay.core.policy.projection import NO, OOM_AT, Projection, Verdict, project
+from memoryguard_kuberay.core.policy.projection import NO, OOM_AT, Projection, Verdict, jumps, project
 from memoryguard_kuberay.core.policy.trend import theil_sen
 from memoryguard_kuberay.core.policy.window import PodWindow
 from memoryguard_kuberay.core.settings import PolicySettings
@@ -46,7 +46,10 @@ def floor_projection(window: PodWindow, settings: PolicySettings,
 
 
 PEAKS_SPAN_S = 12 * 3600.0  # the peaks fitted: the newest six two-hour buckets
-PEAKS_MIN_SPAN_S = 8 * 3600.0  # and at least five of them: a few batches are no trend
+# And all six of them: a few batches are no trend, and over six a step (a
+# serving pod's morning surge, up in under an hour and held) is told from a
+# climb by how much of the rise it took (projection.jumps).
+PEAKS_MIN_SPAN_S = 12 * 3600.0
 PEAKS_MIN_TAU = 0.6
 # The troughs rise at most this share of the peaks' pace: the swing itself
 # grows. Growth of the whole (the means, the floor) is the creep's and the
@@ -80,6 +83,8 @@ def peaks_projection(window: PodWindow, settings: PolicySettings,
     ts, lows, peaks = [t + series.bucket_s / 2 for t in starts[first:]], lows[first:], peaks[first:]
     if ts[-1] - ts[0] + series.bucket_s < PEAKS_MIN_SPAN_S:
         return NO, None
+    if jumps(ts, peaks, series.bucket_s):
+        return NO, None  # most of the rise in one step: a surge that holds (morning_surge_01 of field-39), no leak
     line, floor = theil_sen(ts, peaks), theil_sen(ts, lows)
     min_slope = settings.min_growth_fraction_per_h * limit / 3600.0
     if line is None or floor is None or line.slope < min_slope or line.tau < PEAKS_MIN_TAU:
