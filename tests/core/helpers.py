@@ -34,6 +34,13 @@ def real_leak() -> ModuleType:
     return benchmark("real_leak")
 
 
+def cgroup_sample(t: float, used: int, limit: int, *, cache: int) -> Sample:
+    """What a cgroup reads with ``used`` in anon and ``cache`` of page cache,
+    half of it inactive (no store, no pressure figures)."""
+    return Sample(time_s=float(t), memory_current_bytes=used + cache, memory_max_bytes=limit, anon_bytes=used,
+                  file_bytes=cache, inactive_file_bytes=cache // 2, shmem_bytes=0, oom_kill_count=0)
+
+
 def sample(t: float, frac: float | None, *, limit: int | None = LIMIT, psi_full: float | None = 0.1,
            store: float | None = 0.2, oom_kill: int | None = 0) -> Sample:
     ws = None if frac is None else int(frac * (limit or LIMIT))

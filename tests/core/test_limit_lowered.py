@@ -13,6 +13,8 @@ from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.simulate import replay
 
+from .helpers import cgroup_sample
+
 GIB = 1 << 30
 STEP_S = 60
 
@@ -28,9 +30,7 @@ def pod(*, leak_gib_per_h: float, base_gib: float = 5.0, lowered_at_h: float = 6
         used = int(base_gib * GIB + leak_gib_per_h * GIB * t / 3600 + rnd.gauss(0, 0.02 * GIB))
         if used >= 0.99 * limit:
             break
-        out.append(Sample(time_s=float(t), memory_current_bytes=used + GIB // 4, memory_max_bytes=limit,
-                          anon_bytes=used, file_bytes=GIB // 4, inactive_file_bytes=GIB // 8, shmem_bytes=0,
-                          oom_kill_count=0))
+        out.append(cgroup_sample(t, used, limit, cache=GIB // 4))
     return out
 
 

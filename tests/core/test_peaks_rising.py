@@ -12,6 +12,8 @@ from memoryguard_kuberay.core.samples import Sample
 from memoryguard_kuberay.core.settings import PolicySettings
 from memoryguard_kuberay.core.simulate import replay
 
+from .helpers import cgroup_sample
+
 GIB = 1 << 30
 LIMIT = 32 * GIB
 STEP_S = 30
@@ -31,9 +33,7 @@ def batches(*, peak_growth_per_h: float, troughs_per_h: float = 0.0, base: float
         used = int(frac * LIMIT)
         if used >= 0.99 * LIMIT:
             break
-        out.append(Sample(time_s=float(t), memory_current_bytes=used + GIB // 2, memory_max_bytes=LIMIT,
-                          anon_bytes=used, file_bytes=GIB // 2, inactive_file_bytes=GIB // 4, shmem_bytes=0,
-                          oom_kill_count=0))
+        out.append(cgroup_sample(t, used, LIMIT, cache=GIB // 2))
     return out
 
 
